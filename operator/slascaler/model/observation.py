@@ -1,0 +1,55 @@
+"""What a metric source saw of one Deployment over one evaluation window.
+
+An `Observation` is the only input the model and the policy take from the outside world. Every
+latency histogram is the increase over the window, summed over the target's pods, in
+milliseconds; gauges are window averages summed over pods. A source that could not read
+something leaves the field `None` and says why in `problems`, so that the policy can hold
+and tell the user, instead of acting on a guess.
+
+Built by the metric sources (Prometheus, simulator); read by `model.regime` and `policy`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from slascaler.model.histogram import Histogram
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One window of one Deployment's engine metrics."""
+
+    observed_at: float  # seconds, on the same clock as the policy's `now`
+    window_s: float
+    ttft: Histogram | None
+    queue: Histogram | None
+    prefill: Histogram | None
+    itl: Histogram | None = None
+    prompt_tokens: Histogram | None = None  # prompt length in tokens (not ms)
+    request_rate: float = math.nan  # requests per second that got their first token
+    waiting: float = math.nan  # requests waiting for a slot, summed over pods
+    running: float = math.nan  # requests running, summed over pods
+    reporting_pods: int = 0  # pods that exported engine metrics in the window
+    problems: tuple[str, ...] = field(default=())
+
+    def missing_inputs(self, need_itl: bool) -> tuple[str, ...]:
+        """Human-readable list of what the decision needs and this observation lacks."""
+        missing = list(self.problems)
+        required: dict[str, Histogram | None] = {
+            "time-to-first-token histogram": self.ttft,
+            "queue-time histogram": self.queue,
+            "prefill-time histogram": self.prefill,
+        }
+        if need_itl:
+            required["inter-token-latency histogram"] = self.itl
+        for name, histogram in required.items():
+            if histogram is None:
+                missing.append(f"no {name}")
+            elif not histogram.is_finite:
+                missing.append(f"{name} has NaN or infinite values")
+        for name, value in (("waiting requests", self.waiting), ("running requests", self.running)):
+            if not math.isfinite(value):
+                missing.append(f"no {name} gauge")
+        return tuple(dict.fromkeys(missing))

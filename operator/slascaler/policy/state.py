@@ -1,0 +1,82 @@
+"""What the policy knows of the target Deployment now, and what it remembers between windows.
+
+`FleetState` is read from the live Deployment just before deciding (replicas, ready and
+unschedulable pods, the engine's current flags, another autoscaler targeting it).
+`PolicyMemory` is the policy's own record, carried from one decision to the next by the
+caller (persisted in the InferenceSLA's status so a restarted operator resumes it).
+
+Built by the wiring and the simulator's control loop; read by `policy.decide`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+
+@dataclass(frozen=True)
+class FleetState:
+    """The Deployment as it is: spec'd and ready replicas, engine flags, conflicts."""
+
+    spec_replicas: int
+    ready_replicas: int
+    unschedulable_pods: int = 0  # pods Pending with the scheduler's Unschedulable reason
+    max_batch_size: int | None = None  # the engine's current max batch flag, if known
+    chunk_size: int | None = None  # the engine's current chunk (token budget) flag, if known
+    rollout_in_progress: bool = False  # a rolling update has not finished
+    other_autoscaler: str | None = None  # e.g. "HorizontalPodAutoscaler/llama" if one targets it
+
+    @property
+    def starting_pods(self) -> int:
+        """Pods asked for that are neither ready nor stuck unschedulable."""
+        return max(0, self.spec_replicas - self.ready_replicas - self.unschedulable_pods)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The replica count the policy wanted at one time (for scale-down stabilization)."""
+
+    at: float
+    replicas: int
+
+
+@dataclass(frozen=True)
+class PolicyMemory:
+    """What the policy carries between windows. Times are on the caller's clock (seconds)."""
+
+    last_scale_up_at: float | None = None
+    last_scale_down_at: float | None = None
+    last_knob_change_at: float | None = None
+    recommendations: tuple[Recommendation, ...] = ()
+    batch_points: tuple[tuple[float, float], ...] = ()  # (running per replica, ITL ms)
+    service_rate: float | None = None  # calibrated requests/s one replica serves
+    first_seen_at: float | None = None  # first decision with data (stabilization needs history)
+
+    def remembering(
+        self,
+        now: float,
+        recommendation: int | None,
+        window_s: float,
+        batch_point: tuple[float, float] | None,
+        service_rate: float | None,
+        keep_points: int,
+    ) -> PolicyMemory:
+        """This memory with one more window recorded; records older than the window dropped."""
+        recommendations = tuple(r for r in self.recommendations if r.at > now - window_s)
+        if recommendation is not None:
+            recommendations = (*recommendations, Recommendation(now, recommendation))
+        points = self.batch_points
+        if batch_point is not None:
+            points = (*points, batch_point)[-keep_points:]
+        return replace(
+            self,
+            recommendations=recommendations,
+            batch_points=points,
+            service_rate=service_rate if service_rate is not None else self.service_rate,
+            first_seen_at=self.first_seen_at if self.first_seen_at is not None else now,
+        )
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    fleet: FleetState
+    memory: PolicyMemory = field(default_factory=PolicyMemory)
