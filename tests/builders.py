@@ -1,0 +1,60 @@
+"""Builders of Observations and specs for the model and policy tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from slascaler.engines import (
+    VLLM_ITL_BUCKETS_S,
+    VLLM_REQUEST_LATENCY_BUCKETS_S,
+    VLLM_TTFT_BUCKETS_S,
+    vllm_token_buckets,
+)
+from slascaler.model.histogram import Histogram
+from slascaler.model.observation import Observation
+from slascaler.model.samples import TTFTBreakdown
+from slascaler.spec import SLASpec, parse_spec
+
+TTFT_MS = [b * 1000 for b in VLLM_TTFT_BUCKETS_S]
+LATENCY_MS = [b * 1000 for b in VLLM_REQUEST_LATENCY_BUCKETS_S]
+ITL_MS = [b * 1000 for b in VLLM_ITL_BUCKETS_S]
+
+
+def observation_from_samples(
+    samples: Sequence[TTFTBreakdown],
+    *,
+    window_s: float = 120.0,
+    at: float = 1000.0,
+    itl_ms: Sequence[float] = (),
+    prompt_tokens: Sequence[float] = (),
+    waiting: float = 0.0,
+    running: float = 8.0,
+    pods: int = 2,
+) -> Observation:
+    """An Observation as vLLM would export it for these requests (vLLM's buckets)."""
+    return Observation(
+        observed_at=at,
+        window_s=window_s,
+        ttft=Histogram.from_values([s.total_ms for s in samples], TTFT_MS),
+        queue=Histogram.from_values([s.queue_time_ms for s in samples], LATENCY_MS),
+        # vLLM's prefill time runs from scheduling to the first token: prefill + first decode.
+        prefill=Histogram.from_values(
+            [s.prefill_ms + s.first_decode_ms for s in samples], LATENCY_MS
+        ),
+        itl=Histogram.from_values(itl_ms, ITL_MS),
+        prompt_tokens=Histogram.from_values(prompt_tokens, vllm_token_buckets(32768)),
+        request_rate=len(samples) / window_s,
+        waiting=waiting,
+        running=running,
+        reporting_pods=pods,
+    )
+
+
+def spec(**overrides: object) -> SLASpec:
+    raw: dict[str, object] = {
+        "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"},
+        "objectives": {"ttft": {"percentile": 95, "thresholdMs": 500}},
+        "replicas": {"min": 1, "max": 16},
+    }
+    raw.update(overrides)
+    return parse_spec(raw)
