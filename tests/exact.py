@@ -10,8 +10,8 @@ the same grid. Used by the model tests as the ground truth for samples and histo
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -51,7 +51,7 @@ class Exact:
     bottleneck: dict[str, float]
 
 
-@lru_cache(maxsize=None)
+@cache
 def exact_scenario(queue_mean_ms: float) -> Exact:
     x = _grid()
     service_mean = sum(m for m, _ in NORMALS.values())

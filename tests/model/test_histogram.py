@@ -118,11 +118,11 @@ bucket_counts = st.lists(st.integers(min_value=0, max_value=1000), min_size=2, m
 def test_quantile_is_monotone_and_within_the_bounds(
     increments: list[int], q1: float, q2: float
 ) -> None:
-    bounds = tuple(float(2**i) for i in range(len(increments) - 1)) + (INF,)
+    bounds = (*(float(2**i) for i in range(len(increments) - 1)), INF)
     counts = tuple(float(c) for c in np.cumsum(increments))
     if counts[-1] == 0:
         return
     low, high = sorted((q1, q2))
     a, b = histogram_quantile(low, bounds, counts), histogram_quantile(high, bounds, counts)
     assert a <= b + 1e-9
-    assert 0 <= a and b <= bounds[-2]
+    assert a >= 0 and b <= bounds[-2]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from builders import observation_from_samples
 
+from builders import observation_from_samples
 from slascaler.model.regime import Regime, analyze_observation, classify
 from slascaler.model.samples import TTFTBreakdown
 from slascaler.scenarios import source_scenario

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from exact import exact_scenario
 
+from exact import exact_scenario
 from slascaler.model.regime import Regime, analyze_sample_regime
 from slascaler.model.samples import TTFTBreakdown, analyze_samples, tail_view
 from slascaler.scenarios import QUEUE_MEAN_MS, source_scenario
