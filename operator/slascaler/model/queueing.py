@@ -82,19 +82,19 @@ class QueueModel:
         return 1000.0 * mmc * (self.arrival_scv + self.service_scv) / 2.0
 
     def wait_exceeds(self, servers: int, t_ms: float) -> float:
-        """P(queue time > t_ms)."""
+        """P(queue time > t_ms) = C · exp(−t (cμ − λ) · 2 / (c_a² + c_s²))."""
+        if t_ms < 0:
+            return 1.0
         if self.arrival_rate <= 0:
             return 0.0
         if not self.stable(servers):
             return 1.0
         c = self.wait_probability(servers)
-        if t_ms < 0:
-            return 1.0
-        if c <= 0:
-            return 0.0
-        if t_ms == 0:
+        if c <= 0 or t_ms == 0:
             return c
-        return c * math.exp(-t_ms * c / self.mean_wait_ms(servers))
+        variability = (self.arrival_scv + self.service_scv) / 2.0
+        drain = (servers * self.service_rate - self.arrival_rate) / variability
+        return c * math.exp(-t_ms / 1000.0 * drain)
 
     def ttft_exceeds(
         self, servers: int, objective_ms: float, service: Sequence[tuple[float, float]]
@@ -154,13 +154,23 @@ def replicas_needed(
 ) -> Sizing:
     """The fewest servers c ≤ limit with P(TTFT > objective) ≤ allowed_exceedance."""
     floor = sum(p for s, p in service if s > objective_ms)
-    minimum = max(1, math.floor(model.arrival_rate / model.service_rate) + 1)
-    exceedance = 1.0
-    for c in range(minimum, limit + 1):
-        exceedance = model.ttft_exceeds(c, objective_ms, service)
-        if exceedance <= allowed_exceedance:
-            return Sizing(replicas=c, predicted_exceedance=exceedance, floor_exceedance=floor)
-    return Sizing(replicas=None, predicted_exceedance=exceedance, floor_exceedance=floor)
+    lowest = max(1, math.floor(model.arrival_rate / model.service_rate) + 1)
+
+    def exceedance(c: int) -> float:
+        return model.ttft_exceeds(c, objective_ms, service)
+
+    if lowest > limit or exceedance(limit) > allowed_exceedance:
+        at_limit = exceedance(limit) if limit >= 1 else 1.0
+        return Sizing(replicas=None, predicted_exceedance=at_limit, floor_exceedance=floor)
+    # The exceedance falls as c grows, so the smallest sufficient c is found by bisection.
+    low, high = lowest, limit
+    while low < high:
+        middle = (low + high) // 2
+        if exceedance(middle) <= allowed_exceedance:
+            high = middle
+        else:
+            low = middle + 1
+    return Sizing(replicas=low, predicted_exceedance=exceedance(low), floor_exceedance=floor)
 
 
 def service_distribution(

@@ -1,0 +1,316 @@
+"""The safety invariants of DESIGN §3 as properties over random specs, fleets and windows.
+
+- replicas never leave [min, max] and knobs never leave their bounds;
+- no action but bringing values into bounds on missing, stale or NaN metrics;
+- no new scale-up while pods of the last one are starting;
+- scale-down only after the stabilization window, never below a recent recommendation;
+- knob changes only after the knob cooldown and never during a rollout;
+- a prefill-bound window never adds replicas; a conflict changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from builders import observation_from_samples
+from slascaler.model.histogram import Histogram
+from slascaler.model.observation import Observation
+from slascaler.model.regime import Regime
+from slascaler.model.samples import TTFTBreakdown
+from slascaler.policy import FleetState, PolicyMemory, PolicyState, decide
+from slascaler.policy.state import Recommendation
+from slascaler.spec import SLASpec, parse_spec
+
+NOW = 50_000.0
+
+
+@st.composite
+def specs(draw: st.DrawFn) -> SLASpec:
+    low = draw(st.integers(1, 8))
+    high = draw(st.integers(low, 32))
+    raw: dict[str, object] = {
+        "targetRef": {"name": "llama"},
+        "objectives": {
+            "ttft": {
+                "percentile": draw(st.sampled_from([50, 90, 95, 99])),
+                "thresholdMs": draw(st.sampled_from([150, 300, 500, 1000])),
+            }
+        },
+        "replicas": {"min": low, "max": high},
+        "behavior": {
+            "scaleUpCooldown": f"{draw(st.integers(1, 120))}s",
+            "scaleDownStabilization": f"{draw(st.integers(1, 900))}s",
+            "knobCooldown": f"{draw(st.integers(1, 1800))}s",
+        },
+    }
+    if draw(st.booleans()):
+        raw["objectives"]["itl"] = {
+            "percentile": 95,
+            "thresholdMs": draw(st.sampled_from([30, 60, 120])),
+        }  # type: ignore[index]
+    knobs: dict[str, object] = {}
+    if draw(st.booleans()):
+        b_low = draw(st.integers(1, 64))
+        knobs["maxBatchSize"] = {"min": b_low, "max": draw(st.integers(b_low, 512))}
+    if draw(st.booleans()):
+        c_low = draw(st.integers(256, 4096))
+        knobs["chunkSize"] = {"min": c_low, "max": draw(st.integers(c_low, 16384))}
+    if knobs:
+        raw["knobs"] = knobs
+    return parse_spec(raw)
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> FleetState:
+    replicas = draw(st.integers(0, 40))
+    ready = draw(st.integers(0, replicas))
+    return FleetState(
+        spec_replicas=replicas,
+        ready_replicas=ready,
+        unschedulable_pods=draw(st.integers(0, replicas - ready)),
+        max_batch_size=draw(st.one_of(st.none(), st.integers(1, 1024))),
+        chunk_size=draw(st.one_of(st.none(), st.integers(64, 32768))),
+        rollout_in_progress=draw(st.booleans()),
+        other_autoscaler=draw(st.sampled_from([None, None, None, "HorizontalPodAutoscaler/x"])),
+    )
+
+
+@st.composite
+def memories(draw: st.DrawFn) -> PolicyMemory:
+    def maybe_time() -> float | None:
+        return draw(st.one_of(st.none(), st.floats(NOW - 4000, NOW)))
+
+    recommendations = tuple(
+        Recommendation(at, n)
+        for at, n in draw(
+            st.lists(st.tuples(st.floats(NOW - 2000, NOW), st.integers(1, 40)), max_size=6)
+        )
+    )
+    return PolicyMemory(
+        last_scale_up_at=maybe_time(),
+        last_scale_down_at=maybe_time(),
+        last_knob_change_at=maybe_time(),
+        recommendations=recommendations,
+        batch_points=tuple(
+            draw(st.lists(st.tuples(st.floats(1, 256), st.floats(1, 500)), max_size=6))
+        ),
+        service_rate=draw(st.one_of(st.none(), st.floats(0.01, 100))),
+        first_seen_at=maybe_time(),
+    )
+
+
+@st.composite
+def observations(draw: st.DrawFn) -> Observation | None:
+    kind = draw(st.sampled_from(["good", "good", "good", "none", "stale", "nan", "missing"]))
+    if kind == "none":
+        return None
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    count = draw(st.sampled_from([0, 5, 50, 400]))
+    queue_mean = draw(st.sampled_from([1.0, 20.0, 200.0, 2000.0]))
+    prefill_mean = draw(st.sampled_from([20.0, 100.0, 600.0]))
+    samples = [
+        TTFTBreakdown(float(q), 10.0, float(max(1.0, p)), 20.0)
+        for q, p in zip(
+            rng.exponential(queue_mean, count),
+            rng.normal(prefill_mean, prefill_mean / 5, count),
+            strict=True,
+        )
+    ]
+    pods = draw(st.integers(1, 16))
+    observation = observation_from_samples(
+        samples,
+        at=NOW - draw(st.floats(0, 30)),
+        pods=pods,
+        itl_ms=list(rng.uniform(5, 150, count)),
+        prompt_tokens=list(rng.integers(10, 8000, count).astype(float)),
+        waiting=draw(st.sampled_from([0.0, 3.0, 100.0])),
+        running=float(pods * draw(st.integers(0, 300))),
+    )
+    if kind == "stale":
+        return replace(observation, observed_at=NOW - 1000)
+    if kind == "nan":
+        return replace(observation, queue=Histogram((300.0, math.inf), (math.nan, 1.0), 1.0, 1.0))
+    if kind == "missing":
+        return replace(observation, prefill=None)
+    return observation
+
+
+def _clamped(bounds: object, value: int | None) -> int | None:
+    return value if bounds is None or value is None else bounds.clamp(value)  # type: ignore[attr-defined]
+
+
+PROPERTY_SETTINGS = settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+@PROPERTY_SETTINGS
+@given(specs(), observations(), fleets(), memories())
+def test_safety_invariants(
+    spec: SLASpec, observation: Observation | None, fleet: FleetState, memory: PolicyMemory
+) -> None:
+    decision = decide(spec, observation, PolicyState(fleet, memory), NOW)
+    if fleet.other_autoscaler:
+        assert not decision.acts
+        return
+    assert spec.replicas.min <= decision.replicas <= spec.replicas.max
+    for bounds, value in (
+        (spec.max_batch_size, decision.max_batch_size),
+        (spec.chunk_size, decision.chunk_size),
+    ):
+        if bounds is not None and value is not None:
+            assert bounds.min <= value <= bounds.max
+
+    bounded_replicas = spec.replicas.clamp(fleet.spec_replicas)
+    bounded_batch = _clamped(spec.max_batch_size, fleet.max_batch_size)
+    bounded_chunk = _clamped(spec.chunk_size, fleet.chunk_size)
+    unusable = (
+        observation is None
+        or NOW - observation.observed_at > 90
+        or bool(observation.missing_inputs(spec.itl is not None))
+    )
+    if unusable or decision.regime is Regime.UNKNOWN:
+        assert decision.replicas == bounded_replicas
+        assert decision.max_batch_size == bounded_batch
+        assert decision.chunk_size == bounded_chunk
+        return
+
+    if fleet.starting_pods > 0:
+        assert decision.replicas <= bounded_replicas, "stacked scale-up"
+    if decision.regime is Regime.PREFILL_BOUND:
+        assert decision.replicas <= bounded_replicas
+    if decision.replicas < bounded_replicas:
+        window = spec.behavior.scale_down_stabilization_s
+        assert memory.first_seen_at is not None and memory.first_seen_at <= NOW - window
+        assert memory.last_scale_up_at is None or memory.last_scale_up_at <= NOW - window
+        recent = [r.replicas for r in decision.memory_if_held.recommendations]
+        assert decision.replicas >= spec.replicas.clamp(max(recent))
+    knobs_changed = (decision.max_batch_size, decision.chunk_size) != (bounded_batch, bounded_chunk)
+    if knobs_changed:
+        assert not fleet.rollout_in_progress
+        assert (
+            memory.last_knob_change_at is None
+            or NOW - memory.last_knob_change_at >= spec.behavior.knob_cooldown_s
+        )
+    assert decision.reason
+
+
+@PROPERTY_SETTINGS
+@given(specs(), observations(), fleets(), memories())
+def test_held_memory_never_records_an_action(
+    spec: SLASpec, observation: Observation | None, fleet: FleetState, memory: PolicyMemory
+) -> None:
+    decision = decide(spec, observation, PolicyState(fleet, memory), NOW)
+    held = decision.memory_if_held
+    assert held.last_scale_up_at == memory.last_scale_up_at
+    assert held.last_scale_down_at == memory.last_scale_down_at
+    assert held.last_knob_change_at == memory.last_knob_change_at
+    if not decision.acts:
+        assert decision.memory_if_applied == held
+
+
+def _queue_bound_window(pods: int, seed: int) -> Observation:
+    rng = np.random.default_rng(seed)
+    samples = [TTFTBreakdown(float(q), 10.0, 100.0, 20.0) for q in rng.exponential(800.0, 600)]
+    return observation_from_samples(samples, at=NOW, pods=pods, waiting=50.0, running=pods * 8.0)
+
+
+def _healthy_window(pods: int, seed: int) -> Observation:
+    rng = np.random.default_rng(seed)
+    samples = [TTFTBreakdown(float(q), 10.0, 60.0, 10.0) for q in rng.exponential(2.0, 300)]
+    return observation_from_samples(samples, at=NOW, pods=pods, waiting=0.0, running=pods * 2.0)
+
+
+@PROPERTY_SETTINGS
+@given(specs(), fleets(), memories(), st.integers(0, 1000))
+def test_no_stacked_scale_up_under_heavy_queueing(
+    spec: SLASpec, fleet: FleetState, memory: PolicyMemory, seed: int
+) -> None:
+    fleet = replace(fleet, other_autoscaler=None)
+    observation = _queue_bound_window(max(1, fleet.ready_replicas), seed)
+    decision = decide(spec, observation, PolicyState(fleet, memory), NOW)
+    bounded = spec.replicas.clamp(fleet.spec_replicas)
+    if decision.replicas > bounded:
+        assert fleet.starting_pods == 0 and fleet.unschedulable_pods == 0
+        last_up = memory.last_scale_up_at
+        assert last_up is None or NOW - last_up >= spec.behavior.scale_up_cooldown_s
+        assert decision.replicas <= max(2 * bounded, bounded + 4)
+
+
+@PROPERTY_SETTINGS
+@given(specs(), fleets(), memories(), st.integers(0, 1000))
+def test_scale_down_only_after_the_stabilization_window(
+    spec: SLASpec, fleet: FleetState, memory: PolicyMemory, seed: int
+) -> None:
+    fleet = replace(fleet, other_autoscaler=None)
+    observation = _healthy_window(max(1, fleet.ready_replicas), seed)
+    decision = decide(spec, observation, PolicyState(fleet, memory), NOW)
+    bounded = spec.replicas.clamp(fleet.spec_replicas)
+    if decision.replicas < bounded:
+        window = spec.behavior.scale_down_stabilization_s
+        assert memory.first_seen_at is not None and memory.first_seen_at <= NOW - window
+        assert memory.last_scale_up_at is None or memory.last_scale_up_at <= NOW - window
+        assert fleet.starting_pods == 0 and not fleet.rollout_in_progress
+        recent = [r.replicas for r in decision.memory_if_held.recommendations]
+        assert decision.replicas >= spec.replicas.clamp(max(recent))
+        assert decision.replicas >= bounded - max(1, bounded // 2)
+
+
+def _knob_window(kind: str, pods: int, seed: int) -> Observation:
+    """A window whose regime asks for a knob change: long prompts, or slow decodes."""
+    rng = np.random.default_rng(seed)
+    if kind == "prefill":
+        samples = [TTFTBreakdown(2.0, 10.0, float(p), 20.0) for p in rng.normal(900, 50, 300)]
+        itl = list(rng.uniform(5, 15, 300))
+    else:
+        samples = [TTFTBreakdown(2.0, 10.0, 40.0, 10.0) for _ in range(300)]
+        itl = list(rng.uniform(150, 400, 300))
+    return observation_from_samples(
+        samples,
+        at=NOW,
+        pods=pods,
+        itl_ms=itl,
+        prompt_tokens=list(rng.integers(4000, 8000, 300).astype(float)),
+        running=pods * 16.0,
+    )
+
+
+@PROPERTY_SETTINGS
+@given(specs(), fleets(), memories(), st.sampled_from(["prefill", "decode"]), st.integers(0, 99))
+def test_knob_changes_respect_cooldown_and_rollouts(
+    spec: SLASpec, fleet: FleetState, memory: PolicyMemory, kind: str, seed: int
+) -> None:
+    spec = replace(
+        spec,
+        ttft=replace(spec.ttft, threshold_ms=500.0),
+        itl=spec.itl
+        or parse_spec(
+            {
+                "targetRef": {"name": "x"},
+                "objectives": {"ttft": {"thresholdMs": 500}, "itl": {"thresholdMs": 100}},
+            }
+        ).itl,
+    )
+    fleet = replace(fleet, other_autoscaler=None)
+    decision = decide(
+        spec,
+        _knob_window(kind, max(1, fleet.ready_replicas), seed),
+        PolicyState(fleet, memory),
+        NOW,
+    )
+    bounded = (
+        _clamped(spec.max_batch_size, fleet.max_batch_size),
+        _clamped(spec.chunk_size, fleet.chunk_size),
+    )
+    if (decision.max_batch_size, decision.chunk_size) != bounded:
+        assert not fleet.rollout_in_progress
+        last = memory.last_knob_change_at
+        assert last is None or NOW - last >= spec.behavior.knob_cooldown_s
+        assert decision.memory_if_applied.last_knob_change_at == NOW
+    if kind == "prefill":
+        assert decision.replicas <= spec.replicas.clamp(fleet.spec_replicas)

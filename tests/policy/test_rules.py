@@ -1,0 +1,266 @@
+"""The policy's rules, one scenario each: observation and state in, decision and reason out."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from builders import observation_from_samples, spec
+from slascaler.model.histogram import Histogram
+from slascaler.model.regime import Regime
+from slascaler.model.samples import TTFTBreakdown
+from slascaler.policy import FleetState, PolicyMemory, PolicyState, decide
+from slascaler.policy.decision import Status
+from slascaler.scenarios import source_scenario
+
+NOW = 10_000.0
+KNOBS = {"maxBatchSize": {"min": 16, "max": 256}, "chunkSize": {"min": 512, "max": 8192}}
+ITL = {"ttft": {"percentile": 95, "thresholdMs": 500}, "itl": {"percentile": 95, "thresholdMs": 60}}
+LONG_AGO = NOW - 3600.0
+
+
+def fleet(replicas: int = 4, **kwargs: object) -> FleetState:
+    values: dict[str, object] = {
+        "spec_replicas": replicas,
+        "ready_replicas": replicas,
+        "max_batch_size": 64,
+        "chunk_size": 2048,
+    }
+    values.update(kwargs)
+    return FleetState(**values)  # type: ignore[arg-type]
+
+
+def settled(**kwargs: object) -> PolicyMemory:
+    """Memory of a policy that has watched this Deployment for an hour."""
+    return PolicyMemory(first_seen_at=LONG_AGO, **kwargs)  # type: ignore[arg-type]
+
+
+def high_load(pods: int = 4, **kwargs: object) -> object:
+    samples = source_scenario("high-load", 3000, seed=1)
+    return observation_from_samples(
+        samples, at=NOW, pods=pods, itl_ms=[20.0] * 500, running=pods * 62.0, **kwargs
+    )  # type: ignore[arg-type]
+
+
+def light_load(pods: int = 4, **kwargs: object) -> object:
+    samples = source_scenario("low-load", 600, seed=1)
+    return observation_from_samples(
+        samples, at=NOW, pods=pods, itl_ms=[25.0] * 500, running=pods * 3.0, **kwargs
+    )  # type: ignore[arg-type]
+
+
+def long_prompts(**kwargs: object) -> object:
+    samples = [TTFTBreakdown(4.0, 10.0, 560.0 + (i % 40), 20.0) for i in range(400)]
+    return observation_from_samples(
+        samples,
+        at=NOW,
+        pods=4,
+        itl_ms=[20.0] * 500,
+        prompt_tokens=[6000.0 + 10 * (i % 100) for i in range(400)],
+        running=8.0,
+        **kwargs,
+    )  # type: ignore[arg-type]
+
+
+def test_conflict_leaves_the_deployment_alone() -> None:
+    state = PolicyState(fleet(replicas=40, other_autoscaler="HorizontalPodAutoscaler/llama"))
+    decision = decide(spec(), high_load(), state, NOW)
+    assert not decision.acts
+    assert decision.reason_code == "HoldConflict"
+    conflict = decision.condition("Conflict")
+    assert conflict is not None and conflict.status is Status.TRUE
+    assert "HorizontalPodAutoscaler/llama" in conflict.message
+
+
+def test_replicas_outside_bounds_are_clamped_even_without_metrics() -> None:
+    decision = decide(spec(), None, PolicyState(fleet(replicas=20)), NOW)
+    assert decision.replicas == 16
+    assert decision.reason_code == "BoundsEnforced"
+    assert "outside spec.replicas [1, 16]" in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("observation", "code", "reason"),
+    [
+        (None, "HoldMetricsUnavailable", "NoObservation"),
+        ("stale", "HoldMetricsStale", "Stale"),
+        ("no-queue", "HoldMetricsMissing", "MissingSeries"),
+        ("nan", "HoldMetricsMissing", "MissingSeries"),
+    ],
+)
+def test_missing_or_bad_data_holds_and_says_why(
+    observation: str | None, code: str, reason: str
+) -> None:
+    base = high_load()
+    data = {
+        None: None,
+        "stale": replace(base, observed_at=NOW - 600),  # type: ignore[type-var]
+        "no-queue": replace(base, queue=None),  # type: ignore[type-var]
+        "nan": replace(  # type: ignore[type-var]
+            base, ttft=Histogram((100.0, math.inf), (math.nan, 5.0), 1.0, 5.0)
+        ),
+    }[observation]
+    decision = decide(spec(), data, PolicyState(fleet()), NOW)  # type: ignore[arg-type]
+    assert not decision.acts
+    assert decision.reason_code == code
+    metrics = decision.condition("MetricsAvailable")
+    assert metrics is not None and metrics.status is Status.FALSE and metrics.reason == reason
+
+
+def test_too_few_requests_hold() -> None:
+    samples = source_scenario("high-load", 8, seed=1)
+    decision = decide(spec(), observation_from_samples(samples, at=NOW), PolicyState(fleet()), NOW)
+    assert not decision.acts
+    assert decision.reason_code == "HoldTooFewRequests"
+    assert decision.regime is Regime.UNKNOWN
+
+
+def test_queue_bound_scales_out_by_the_queueing_model() -> None:
+    decision = decide(spec(), high_load(), PolicyState(fleet(), settled()), NOW)
+    assert decision.regime is Regime.QUEUE_BOUND
+    assert decision.reason_code == "ScaleUp"
+    assert 5 <= decision.replicas <= 8  # rate limit: at most double
+    assert "queueing model" in decision.reason
+    assert decision.memory_if_applied.last_scale_up_at == NOW
+    assert decision.memory_if_held.last_scale_up_at is None
+    assert decision.memory_if_applied.service_rate is not None
+
+
+def test_no_new_scale_up_while_pods_start() -> None:
+    state = PolicyState(fleet(replicas=6, ready_replicas=4), settled())
+    decision = decide(spec(), high_load(), state, NOW)
+    assert not decision.acts
+    assert decision.reason_code == "HoldPodsStarting"
+    assert "2 pods" in decision.reason
+
+
+def test_no_scale_up_within_the_cooldown() -> None:
+    state = PolicyState(fleet(), settled(last_scale_up_at=NOW - 10))
+    decision = decide(spec(), high_load(), state, NOW)
+    assert not decision.acts and decision.reason_code == "HoldScaleUpCooldown"
+
+
+def test_at_max_replicas_capacity_limited_and_batch_raised() -> None:
+    sla = spec(replicas={"min": 1, "max": 4}, knobs=KNOBS, objectives=ITL)
+    decision = decide(sla, high_load(), PolicyState(fleet(), settled()), NOW)
+    capacity = decision.condition("CapacityLimited")
+    assert capacity is not None and capacity.status is Status.TRUE
+    assert decision.replicas == 4
+    assert decision.max_batch_size is not None and decision.max_batch_size > 64
+    assert [c.knob for c in decision.changes] == ["maxBatchSize"]
+
+
+def test_unschedulable_pods_stop_scale_up() -> None:
+    state = PolicyState(fleet(replicas=6, ready_replicas=4, unschedulable_pods=2), settled())
+    decision = decide(spec(), high_load(), state, NOW)
+    capacity = decision.condition("CapacityLimited")
+    assert capacity is not None and capacity.reason == "Unschedulable"
+    assert decision.replicas == 6
+
+
+def test_batch_not_raised_when_the_batch_limit_does_not_bind() -> None:
+    sla = spec(replicas={"min": 1, "max": 4}, knobs=KNOBS, objectives=ITL)
+    observation = replace(high_load(), running=4 * 10.0)  # type: ignore[type-var]
+    decision = decide(sla, observation, PolicyState(fleet(), settled()), NOW)
+    assert decision.max_batch_size == 64
+    assert "would not drain the queue" in decision.reason
+
+
+def test_prefill_bound_raises_chunk_size_and_never_replicas() -> None:
+    sla = spec(knobs=KNOBS, objectives=ITL)
+    decision = decide(sla, long_prompts(), PolicyState(fleet(), settled()), NOW)
+    assert decision.regime is Regime.PREFILL_BOUND
+    assert decision.reason_code == "RaiseChunkForPrefill"
+    assert decision.replicas == 4
+    assert decision.chunk_size is not None and decision.chunk_size > 2048
+    assert decision.memory_if_applied.last_knob_change_at == NOW
+
+
+def test_prefill_bound_at_max_chunk_reports_infeasible() -> None:
+    sla = spec(knobs=KNOBS, objectives=ITL)
+    decision = decide(sla, long_prompts(), PolicyState(fleet(chunk_size=8192), settled()), NOW)
+    assert not decision.acts
+    assert decision.reason_code == "PrefillInfeasible"
+    met = decision.condition("SLAMet")
+    assert met is not None and met.reason == "InfeasibleForPrompts"
+
+
+def test_prefill_bound_without_knob_says_replicas_cannot_help() -> None:
+    decision = decide(spec(), long_prompts(), PolicyState(fleet(), settled()), NOW)
+    assert not decision.acts
+    assert decision.reason_code == "PrefillBoundNoKnob"
+    assert "spec.knobs.chunkSize" in decision.reason
+
+
+def test_prefill_bound_holds_without_itl_headroom_and_in_cooldown() -> None:
+    sla = spec(knobs=KNOBS, objectives=ITL)
+    tight = replace(long_prompts(), itl=Histogram.from_values([55.0] * 100, [50.0, 75.0]))  # type: ignore[type-var]
+    decision = decide(sla, tight, PolicyState(fleet(), settled()), NOW)
+    assert not decision.acts and decision.reason_code == "HoldNoITLHeadroom"
+    cooling = PolicyState(fleet(), settled(last_knob_change_at=NOW - 60))
+    decision = decide(sla, long_prompts(), cooling, NOW)
+    assert not decision.acts and decision.reason_code == "HoldKnobCooldown"
+
+
+def test_itl_over_lowers_batch_by_the_fitted_curve() -> None:
+    sla = spec(knobs=KNOBS, objectives=ITL)
+    points = tuple((b, 10.0 + 1.2 * b) for b in (8.0, 16.0, 32.0, 48.0))
+    observation = replace(  # type: ignore[type-var]
+        light_load(), itl=Histogram.from_values([80.0] * 500, [50.0, 75.0, 100.0]), running=4 * 56.0
+    )
+    decision = decide(sla, observation, PolicyState(fleet(), settled(batch_points=points)), NOW)
+    assert decision.regime is Regime.DECODE_BOUND
+    assert decision.reason_code == "LowerBatchForITL"
+    # ITL 10 + 1.2·b ≤ 0.8 × 60 = 48 ms → b ≤ 31.
+    assert decision.max_batch_size == 32 or decision.max_batch_size == 31
+    assert "fitted ITL" in decision.reason
+    assert decision.replicas == 4
+
+
+def test_itl_over_without_ttft_headroom_adds_a_replica() -> None:
+    sla = spec(knobs=KNOBS, objectives=ITL)
+    samples = [TTFTBreakdown(150.0, 10.0, 250.0, 20.0) for _ in range(400)]
+    observation = observation_from_samples(
+        samples, at=NOW, pods=4, itl_ms=[80.0] * 400, running=40.0
+    )
+    decision = decide(sla, observation, PolicyState(fleet(), settled()), NOW)
+    assert decision.regime is Regime.DECODE_BOUND
+    assert decision.replicas == 5
+    assert "no headroom" in decision.reason
+
+
+def test_healthy_scales_in_after_the_stabilization_window() -> None:
+    memory = settled(service_rate=6.0)
+    decision = decide(spec(), light_load(pods=8), PolicyState(fleet(replicas=8), memory), NOW)
+    assert decision.reason_code == "ScaleDown"
+    assert 4 <= decision.replicas < 8  # at most half at a time
+    assert decision.memory_if_applied.last_scale_down_at == NOW
+
+
+def test_healthy_scale_in_waits_for_history() -> None:
+    memory = PolicyMemory(first_seen_at=NOW - 60, service_rate=6.0)
+    decision = decide(spec(), light_load(pods=8), PolicyState(fleet(replicas=8), memory), NOW)
+    assert not decision.acts and decision.reason_code == "HoldStabilizing"
+
+
+def test_scale_in_never_below_the_highest_recent_recommendation() -> None:
+    from slascaler.policy.state import Recommendation
+
+    memory = settled(service_rate=6.0, recommendations=(Recommendation(NOW - 100, 7),))
+    decision = decide(spec(), light_load(pods=8), PolicyState(fleet(replicas=8), memory), NOW)
+    assert decision.replicas == 7
+
+
+def test_idle_goes_to_min_after_the_window_and_stops_there() -> None:
+    idle = observation_from_samples([], at=NOW, pods=2, running=0.0)
+    decision = decide(spec(), idle, PolicyState(fleet(replicas=2), settled()), NOW)
+    assert decision.regime is Regime.IDLE and decision.replicas == 1
+    decision = decide(spec(), idle, PolicyState(fleet(replicas=1), settled()), NOW)
+    assert not decision.acts
+
+
+def test_decisions_are_deterministic() -> None:
+    state = PolicyState(fleet(), settled())
+    assert decide(spec(), high_load(), state, NOW) == decide(spec(), high_load(), state, NOW)
