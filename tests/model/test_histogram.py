@@ -71,6 +71,10 @@ def test_float_noise_between_counts_is_smoothed() -> None:
     assert histogram_quantile(0.99, (1.0, 2.0, INF), noisy) == pytest.approx(0.99)
 
 
+def test_rank_zero_in_an_empty_lowest_bucket_is_nan_as_in_go() -> None:
+    assert math.isnan(histogram_quantile(0.0, (1.0, 2.0, INF), (0.0, 4.0, 4.0)))
+
+
 def test_nan_count_follows_prometheus() -> None:
     # A NaN total makes the rank NaN; Prometheus then returns the second-highest bound.
     assert histogram_quantile(0.5, (1.0, 2.0, INF), (1.0, 2.0, math.nan)) == 2.0
@@ -124,5 +128,9 @@ def test_quantile_is_monotone_and_within_the_bounds(
         return
     low, high = sorted((q1, q2))
     a, b = histogram_quantile(low, bounds, counts), histogram_quantile(high, bounds, counts)
+    if math.isnan(a):
+        # Prometheus's 0/0: rank 0 in an empty lowest bucket.
+        assert low == 0 and increments[0] == 0
+        return
     assert a <= b + 1e-9
     assert a >= 0 and b <= bounds[-2]

@@ -103,7 +103,16 @@ def histogram_quantile(q: float, upper_bounds: Sequence[float], counts: Sequence
         bucket_start = merged[b - 1][0]
         count -= merged[b - 1][1]
         rank -= merged[b - 1][1]
-    return bucket_start + (bucket_end - bucket_start) * (rank / count)
+    return bucket_start + (bucket_end - bucket_start) * _float_divide(rank, count)
+
+
+def _float_divide(a: float, b: float) -> float:
+    """IEEE division as Go does it: x/0 is ±Inf and 0/0 is NaN instead of an exception."""
+    if b != 0:
+        return a / b
+    if a == 0 or math.isnan(a):
+        return math.nan
+    return math.copysign(math.inf, a)
 
 
 @dataclass(frozen=True)
