@@ -121,7 +121,8 @@ def classify(
         return (
             Regime.PREFILL_BOUND,
             f"TTFT {p} {ttft_ms:.0f} ms would still be {without_queue_ms:.0f} ms without any "
-            f"queueing; queue is the largest component in only {tail_queue_share:.0%} of the tail",
+            f"queueing: the slowest requests are slow in their own processing, queue time is "
+            f"their largest component in {tail_queue_share:.0%} of them",
         )
     if ttft_ms > ttft_objective_ms:
         head = f"TTFT {p} {ttft_ms:.0f} ms > {ttft_objective_ms:.0f} ms objective"

@@ -1,0 +1,166 @@
+"""The `slascaler` command line: `analyze` per-request TTFT samples, make `samples`.
+
+`slascaler analyze FILE` prints the TTFT analysis (P50/P95/P99/mean, bottleneck distribution,
+regime and what to do about it); `--format json` prints the keys of the source's
+`analyze_ttft_samples` plus the regime. Bad input prints one line naming the file, line and
+column, and exits 2. `slascaler samples` writes seeded samples of the source's scenarios.
+
+Entry point of the `slascaler` console script (pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from slascaler import __version__
+from slascaler.model.regime import Regime, RegimeAnalysis, analyze_sample_regime
+from slascaler.model.samples import COMPONENTS
+from slascaler.sample_files import SampleFileError, read_samples, write_samples
+from slascaler.scenarios import QUEUE_MEAN_MS, source_scenario
+
+EXIT_BAD_INPUT = 2
+
+ADVICE = {
+    Regime.QUEUE_BOUND: "add replicas: requests spend their time waiting for a slot, and more "
+    "capacity removes exactly that wait.",
+    Regime.PREFILL_BOUND: "replicas will not help: the prompts themselves take long to prefill; "
+    "raise the chunked-prefill token budget (vLLM --max-num-batched-tokens) or shorten prompts.",
+    Regime.DECODE_BOUND: "lower the max batch size (vLLM --max-num-seqs) or the chunk size so "
+    "each decode step is shorter.",
+    Regime.HEALTHY: "nothing: TTFT meets the objective.",
+    Regime.IDLE: "nothing: there were no requests.",
+    Regime.UNKNOWN: "collect more requests before deciding.",
+}
+
+
+def _report(analysis: RegimeAnalysis) -> dict[str, object]:
+    q = analysis.ttft_quantiles_ms
+    return {
+        "count": int(analysis.requests),
+        "p50_ms": q["p50"],
+        "p95_ms": q["p95"],
+        "p99_ms": q["p99"],
+        "mean_ms": sum(analysis.component_means_ms.values()),
+        "bottleneck_distribution": {
+            c: analysis.bottleneck_distribution.get(c, 0.0) for c in COMPONENTS
+        },
+        "component_means_ms": dict(analysis.component_means_ms),
+        "percentile": analysis.percentile,
+        "objective_ms": analysis.ttft_objective_ms,
+        "without_queue_ms": analysis.without_queue_ms,
+        "regime": str(analysis.regime),
+        "explanation": analysis.explanation,
+        "advice": ADVICE[analysis.regime],
+    }
+
+
+def _print_text(name: str, report: dict[str, object], out: TextIO) -> None:
+    shares = report["bottleneck_distribution"]
+    assert isinstance(shares, dict)
+    out.write(f"TTFT analysis of {name} ({report['count']} requests)\n")
+    out.write(
+        f"  P50: {report['p50_ms']:.0f} ms   P95: {report['p95_ms']:.0f} ms   "
+        f"P99: {report['p99_ms']:.0f} ms   mean: {report['mean_ms']:.0f} ms\n"
+    )
+    out.write("  Bottleneck distribution (share of requests in which it is the largest part):\n")
+    for component, share in sorted(shares.items(), key=lambda item: -item[1]):
+        if share > 0:
+            out.write(f"    {component:<13}{share:6.1%}\n")
+    out.write(f"  Regime: {report['regime']} ({report['explanation']})\n")
+    out.write(f"  What to do: {report['advice']}\n")
+
+
+def _analyze(args: argparse.Namespace, out: TextIO) -> int:
+    name = args.file
+    try:
+        if name == "-":
+            samples = read_samples(sys.stdin, "<stdin>")
+        else:
+            with Path(name).open(encoding="utf-8") as stream:
+                samples = read_samples(stream, name)
+    except OSError as error:
+        print(f"slascaler analyze: {name}: {error.strerror}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except SampleFileError as error:
+        print(f"slascaler analyze: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    analysis = analyze_sample_regime(samples, args.percentile, args.objective_ms)
+    report = _report(analysis)
+    if args.format == "json":
+        json.dump(report, out, indent=2)
+        out.write("\n")
+    else:
+        _print_text(name, report, out)
+    return 0
+
+
+def _samples(args: argparse.Namespace, out: TextIO) -> int:
+    samples = source_scenario(args.scenario, args.count, args.seed)
+    if args.output:
+        with Path(args.output).open("w", encoding="utf-8") as stream:
+            write_samples(samples, stream, args.format)
+    else:
+        write_samples(samples, out, args.format)
+    return 0
+
+
+def _percentile(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 100:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 100 exclusive, got {text}")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slascaler", description="Hold latency SLAs for LLM inference Deployments."
+    )
+    parser.add_argument("--version", action="version", version=f"slascaler {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    analyze = commands.add_parser(
+        "analyze",
+        help="analyze per-request TTFT samples (CSV or JSONL)",
+        description="TTFT percentiles, bottleneck distribution and regime of per-request "
+        "samples with columns queue_time_ms, tokenization_ms, prefill_ms, first_decode_ms.",
+    )
+    analyze.add_argument("file", help="CSV or JSONL file of samples, or - for standard input")
+    analyze.add_argument("--format", choices=["text", "json"], default="text")
+    analyze.add_argument("--percentile", type=_percentile, default=95.0, help="default 95")
+    analyze.add_argument(
+        "--objective-ms", type=_positive, default=None, help="TTFT objective at that percentile"
+    )
+    analyze.set_defaults(run=_analyze)
+
+    samples = commands.add_parser(
+        "samples", help="write seeded samples of the source material's TTFT scenarios"
+    )
+    samples.add_argument("--scenario", choices=sorted(QUEUE_MEAN_MS), default="high-load")
+    samples.add_argument("--count", type=int, default=100)
+    samples.add_argument("--seed", type=int, default=1)
+    samples.add_argument("--format", choices=["csv", "jsonl"], default="csv")
+    samples.add_argument("-o", "--output", help="file to write (default: standard output)")
+    samples.set_defaults(run=_samples)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    args = _parser().parse_args(argv)
+    status: int = args.run(args, out or sys.stdout)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
