@@ -70,7 +70,8 @@ def _print_text(name: str, report: dict[str, object], out: TextIO) -> None:
     out.write("  Bottleneck distribution (share of requests in which it is the largest part):\n")
     for component, share in sorted(shares.items(), key=lambda item: -item[1]):
         if share > 0:
-            out.write(f"    {component:<13}{share:6.1%}\n")
+            shown = f"{share:6.1%}" if share >= 0.001 else " <0.1%"
+            out.write(f"    {component:<13}{shown}\n")
     out.write(f"  Regime: {report['regime']} ({report['explanation']})\n")
     out.write(f"  What to do: {report['advice']}\n")
 

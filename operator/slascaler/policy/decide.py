@@ -82,6 +82,13 @@ class _Draft:
     def set(self, condition_type: str, status: Status, reason: str, message: str) -> None:
         self.conditions[condition_type] = Condition(condition_type, status, reason, message)
 
+    def flag(
+        self, condition_type: str, status: Status, reason: str, code: str, message: str
+    ) -> None:
+        """Set a condition and give the same message as the decision's reason."""
+        self.set(condition_type, status, reason, message)
+        self.say(code, message)
+
     def finish(self) -> Decision:
         fleet = self.state.fleet
         changes: list[Change] = []
@@ -152,8 +159,7 @@ def decide(
             f"{fleet.other_autoscaler} also targets {spec.target.name}; slascaler leaves it "
             "alone until that autoscaler is removed"
         )
-        draft.set("Conflict", Status.TRUE, "OtherAutoscaler", message)
-        draft.say("HoldConflict", message)
+        draft.flag("Conflict", Status.TRUE, "OtherAutoscaler", "HoldConflict", message)
         return draft.finish()
 
     _enforce_bounds(draft)
@@ -228,8 +234,9 @@ def _data_usable(draft: _Draft, observation: Observation | None) -> bool:
     """False (and a hold with the reason) when the window cannot be decided on."""
     if observation is None:
         message = "no observation could be made (metrics source unreachable?)"
-        draft.set("MetricsAvailable", Status.FALSE, "NoObservation", message)
-        draft.say("HoldMetricsUnavailable", message)
+        draft.flag(
+            "MetricsAvailable", Status.FALSE, "NoObservation", "HoldMetricsUnavailable", message
+        )
         return False
     age = draft.now - observation.observed_at
     if age > draft.tunables.max_observation_age_s:
@@ -237,8 +244,7 @@ def _data_usable(draft: _Draft, observation: Observation | None) -> bool:
             f"the latest observation is {age:.0f} s old "
             f"(limit {draft.tunables.max_observation_age_s:.0f} s)"
         )
-        draft.set("MetricsAvailable", Status.FALSE, "Stale", message)
-        draft.say("HoldMetricsStale", message)
+        draft.flag("MetricsAvailable", Status.FALSE, "Stale", "HoldMetricsStale", message)
         return False
     missing = observation.missing_inputs(need_itl=draft.spec.itl is not None)
     if missing:
@@ -344,13 +350,11 @@ def _scale_up_to(draft: _Draft, wanted: int, why: str) -> int:
             f"{fleet.unschedulable_pods} pods cannot be scheduled (no GPU left): "
             f"not adding replicas; {why}"
         )
-        draft.set("CapacityLimited", Status.TRUE, "Unschedulable", message)
-        draft.say("CapacityLimited", message)
+        draft.flag("CapacityLimited", Status.TRUE, "Unschedulable", "CapacityLimited", message)
         return current
     if current >= spec.replicas.max:
         message = f"at spec.replicas.max = {spec.replicas.max}; {why}"
-        draft.set("CapacityLimited", Status.TRUE, "AtMaxReplicas", message)
-        draft.say("CapacityLimited", message)
+        draft.flag("CapacityLimited", Status.TRUE, "AtMaxReplicas", "CapacityLimited", message)
         return current
     if target > spec.replicas.max:
         draft.set(
@@ -490,8 +494,7 @@ def _prefill_bound(draft: _Draft, observation: Observation, analysis: RegimeAnal
             f"even without queueing and chunkSize is at its maximum {bounds.max}: the SLA is "
             "infeasible for these prompts"
         )
-        draft.set("SLAMet", Status.FALSE, "InfeasibleForPrompts", message)
-        draft.say("PrefillInfeasible", message)
+        draft.flag("SLAMet", Status.FALSE, "InfeasibleForPrompts", "PrefillInfeasible", message)
         return
     if not _itl_headroom(draft, analysis):
         draft.say(
