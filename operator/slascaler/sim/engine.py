@@ -1,0 +1,249 @@
+"""One simulated engine replica with vLLM v1's scheduler semantics.
+
+Each step has a token budget (`max_num_batched_tokens`, the chunk size). Running requests are
+served first, in order: a decode costs one token, a partial prefill its next chunk (what is
+left of the budget); then waiting requests are admitted while budget remains, fewer than
+`max_num_seqs` run and the KV cache has room. A prefill's last chunk produces the first token.
+When a decode finds the KV cache full, the most recently admitted request is preempted
+(recompute: it goes back to the front of the queue and must prefill prompt + generated again).
+
+Skip-ahead: while a step carries only decodes and nothing can be admitted, the batch is
+unchanged until the next completion, so k identical steps are taken at once (their duration
+computed at the mean KV length over the k steps); an arrival cuts such a run short at the
+next step boundary, because it may be admissible.
+
+Driven by `sim.fleet`; records into a `MetricRecorder`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from enum import Enum
+
+from slascaler.sim.profiles import CostProfile
+from slascaler.sim.recorder import MetricRecorder
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    """One request and its progress (times in seconds of the fleet's clock)."""
+
+    id: int
+    arrival: float  # at the router (what the client sees)
+    prompt: int
+    output: int
+    engine_arrival: float = math.nan  # at the replica
+    prefill_target: int = 0  # tokens to prefill: prompt, or prompt + generated after preemption
+    prefilled: int = 0
+    generated: int = 0
+    kv: int = 0
+    scheduled_at: float | None = None
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    done_at: float | None = None
+    preemptions: int = 0
+
+    @property
+    def decoding(self) -> bool:
+        return self.prefilled >= self.prefill_target
+
+
+class Phase(Enum):
+    STARTING = "starting"  # loading the model: not routable
+    READY = "ready"
+    DRAINING = "draining"  # finishes its requests, takes no new ones
+    STOPPED = "stopped"
+
+
+@dataclass(slots=True)
+class _Step:
+    start: float
+    duration: float  # of one step
+    repeats: int
+    chunks: list[tuple[Request, int]]  # prefill tokens per request in the (single) step
+    decodes: list[Request]
+
+    @property
+    def end(self) -> float:
+        return self.start + self.duration * self.repeats
+
+
+@dataclass(eq=False)
+class Replica:
+    """One engine: its queue, running batch, KV cache, settings and lifecycle."""
+
+    name: str
+    profile: CostProfile
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    ready_at: float
+    phase: Phase = Phase.STARTING
+    waiting: deque[Request] = field(default_factory=deque)
+    running: list[Request] = field(default_factory=list)
+    kv_used: int = 0
+    recorder: MetricRecorder = field(default_factory=MetricRecorder)
+    finished: list[Request] = field(default_factory=list)
+    step: _Step | None = None
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    @property
+    def next_event(self) -> float:
+        if self.phase is Phase.STARTING:
+            return self.ready_at
+        return self.step.end if self.step is not None else math.inf
+
+    def handle_event(self, now: float) -> None:
+        """The replica's own event at `now`: becoming ready, or the end of its step run."""
+        if self.phase is Phase.STARTING:
+            self.phase = Phase.READY
+            self.recorder.set_gauges(now, 0, 0)
+            self._plan(now)
+            return
+        self._finish_step(now)
+        self._plan(now)
+
+    def submit(self, request: Request, now: float) -> None:
+        request.engine_arrival = now
+        request.prefill_target = request.prompt
+        self.waiting.append(request)
+        if self.step is None:
+            self._plan(now)
+        elif self.step.repeats > 1:
+            # Cut a decode-only run at the first step boundary at or after the arrival.
+            done = max(1, math.ceil((now - self.step.start) / self.step.duration - 1e-12))
+            self.step.repeats = min(self.step.repeats, done)
+        self._update_gauges(now)
+
+    def drain(self, now: float) -> None:
+        self.phase = Phase.DRAINING
+        if self.step is None and not self.outstanding:
+            self.phase = Phase.STOPPED
+
+    # -- scheduling -------------------------------------------------------------------
+
+    def _update_gauges(self, now: float) -> None:
+        self.recorder.set_gauges(now, len(self.waiting), len(self.running))
+
+    def _preempt_for(self, tokens_needed: int) -> None:
+        while self.running and self.kv_used + tokens_needed > self.profile.kv_capacity_tokens:
+            victim = self.running.pop()
+            self.kv_used -= victim.kv
+            victim.kv = 0
+            victim.prefilled = 0
+            victim.prefill_target = victim.prompt + max(0, victim.generated)
+            victim.preemptions += 1
+            self.recorder.counters["vllm:num_preemptions_total"] += 1
+            self.waiting.appendleft(victim)
+
+    def _plan(self, now: float) -> None:
+        if self.phase in (Phase.STARTING, Phase.STOPPED):
+            return
+        budget = self.max_num_batched_tokens
+        decoding = sum(1 for r in self.running if r.decoding)
+        self._preempt_for(decoding)
+        chunks: list[tuple[Request, int]] = []
+        decodes: list[Request] = []
+        for request in self.running:
+            if budget <= 0:
+                break
+            if request.decoding:
+                decodes.append(request)
+                budget -= 1
+            else:
+                tokens = min(request.prefill_target - request.prefilled, budget)
+                chunks.append((request, tokens))
+                budget -= tokens
+        kv_free = self.profile.kv_capacity_tokens - self.kv_used - len(decodes)
+        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
+            request = self.waiting[0]
+            tokens = min(request.prefill_target - request.prefilled, budget)
+            if tokens > kv_free:
+                break
+            self.waiting.popleft()
+            if request.scheduled_at is None:
+                request.scheduled_at = now
+            self.running.append(request)
+            chunks.append((request, tokens))
+            budget -= tokens
+            kv_free -= tokens
+        if not chunks and not decodes:
+            self.step = None
+            self._update_gauges(now)
+            if self.phase is Phase.DRAINING and not self.outstanding:
+                self.phase = Phase.STOPPED
+            return
+        prefill_tokens = sum(t for _, t in chunks)
+        kv_read = sum(r.kv for r in decodes)
+        repeats = 1
+        if not chunks:
+            # Decode-only: nothing changes until a request finishes or the KV cache fills.
+            remaining = min(r.output - r.generated for r in decodes)
+            room = (self.profile.kv_capacity_tokens - self.kv_used) // max(1, len(decodes))
+            repeats = max(1, min(remaining, room))
+            kv_read += len(decodes) * (repeats - 1) // 2
+        duration = self.profile.step_ms(prefill_tokens, len(decodes), kv_read) / 1000.0
+        self.step = _Step(now, duration, repeats, chunks, decodes)
+        self._update_gauges(now)
+
+    def _finish_step(self, now: float) -> None:
+        step = self.step
+        assert step is not None
+        self.step = None
+        repeats, duration, record = step.repeats, step.duration, self.recorder
+        end = step.start + duration * repeats
+        for request in step.decodes:
+            request.generated += repeats
+            request.kv += repeats
+            self.kv_used += repeats
+            record.observe("vllm:inter_token_latency_seconds", duration, repeats)
+            request.last_token_at = end
+        record.counters["vllm:generation_tokens_total"] += repeats * len(step.decodes)
+        for request, tokens in step.chunks:
+            request.prefilled += tokens
+            request.kv += tokens
+            self.kv_used += tokens
+            record.counters["vllm:prompt_tokens_total"] += tokens
+            if request.decoding:
+                self._emit_token_after_prefill(request, end)
+        for request in [r for r in self.running if r.generated >= r.output]:
+            self._complete(request, end)
+
+    def _emit_token_after_prefill(self, request: Request, now: float) -> None:
+        record = self.recorder
+        if request.first_token_at is None:
+            assert request.scheduled_at is not None
+            request.first_token_at = now
+            record.observe(
+                "vllm:time_to_first_token_seconds",
+                now - request.engine_arrival + self.profile.frontend_ms / 1000.0,
+            )
+            record.observe(
+                "vllm:request_queue_time_seconds", request.scheduled_at - request.engine_arrival
+            )
+            record.observe("vllm:request_prefill_time_seconds", now - request.scheduled_at)
+        elif request.last_token_at is not None:
+            record.observe("vllm:inter_token_latency_seconds", now - request.last_token_at)
+        request.generated += 1
+        request.kv += 1
+        self.kv_used += 1
+        request.last_token_at = now
+        record.counters["vllm:generation_tokens_total"] += 1
+
+    def _complete(self, request: Request, now: float) -> None:
+        self.running.remove(request)
+        self.kv_used -= request.kv
+        request.kv = 0
+        request.done_at = now
+        record = self.recorder
+        assert request.first_token_at is not None
+        record.observe("vllm:e2e_request_latency_seconds", now - request.engine_arrival)
+        record.observe("vllm:request_decode_time_seconds", now - request.first_token_at)
+        record.observe("vllm:request_prompt_tokens", float(request.prompt))
+        record.observe("vllm:request_generation_tokens", float(request.output))
+        record.counters["vllm:request_success_total"] += 1
+        self.finished.append(request)

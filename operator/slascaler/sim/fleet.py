@@ -1,0 +1,270 @@
+"""A fleet of simulated replicas behind a router, with the lifecycle a Deployment gives them.
+
+- Router: least outstanding requests (default) or round robin, over READY replicas only;
+  with none ready, requests wait at the router (their client-side TTFT includes that wait).
+- Scaling: new replicas load the model for `startup_s` before they are ready; removed ones
+  drain (finish their requests, take no new ones). Starting replicas are removed first.
+- Knob changes are a rolling update with Kubernetes' defaults (maxSurge 25%, maxUnavailable
+  25%, rounded up and down as a Deployment does): new replicas start with the new flags and
+  each one ready lets one old replica drain.
+- `observation(window_s)` returns the same `Observation` the Prometheus source builds:
+  increases over the window of every histogram summed over replicas, window-average gauges.
+
+Event loop: time advances to the earliest of the next arrival and the replicas' own events
+(step ends, becoming ready). Used by the benchmarks (virtual time) and the real-time server.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from slascaler.model.observation import Observation
+from slascaler.sim.engine import Phase, Replica, Request
+from slascaler.sim.profiles import CostProfile
+from slascaler.sim.recorder import MetricRecorder
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+
+
+class Fleet:
+    """Replicas, router and clock. All times in seconds of virtual (or wall) time."""
+
+    def __init__(
+        self,
+        profile: CostProfile,
+        replicas: int,
+        settings: EngineSettings = EngineSettings(),
+        startup_s: float = 60.0,
+        router: str = "least-outstanding",
+        start: float = 0.0,
+        ready_at_start: bool = True,
+    ) -> None:
+        if router not in ("least-outstanding", "round-robin"):
+            raise ValueError(f"unknown router {router!r}")
+        self.profile = profile
+        self.settings = settings
+        self.startup_s = startup_s
+        self.router = router
+        self.now = start
+        self.replicas: list[Replica] = []
+        self.retired = MetricRecorder()  # metrics of stopped replicas, so totals never drop
+        self.backlog: deque[Request] = deque()  # waiting at the router: no replica ready
+        self.finished: list[Request] = []
+        self._names = itertools.count()
+        self._round_robin = 0
+        self._arrivals: Iterator[Request] = iter(())
+        self._next_arrival: Request | None = None
+        self._snapshots: deque[tuple[float, MetricRecorder]] = deque()
+        self.rolling_restarts = 0
+        self.desired = replicas
+        for _ in range(replicas):
+            self._start_replica(ready_now=ready_at_start)
+
+    # -- inputs -----------------------------------------------------------------------
+
+    def feed(self, arrivals: Iterable[Request]) -> None:
+        """The requests to come, sorted by arrival time."""
+        self._arrivals = iter(arrivals)
+        self._next_arrival = next(self._arrivals, None)
+
+    def scale(self, replicas: int) -> None:
+        """Set the desired number of replicas (as `kubectl scale`)."""
+        self.desired = replicas
+        live = [r for r in self.replicas if r.phase in (Phase.STARTING, Phase.READY)]
+        if replicas > len(live):
+            for _ in range(replicas - len(live)):
+                self._start_replica(ready_now=False)
+            self._roll()
+            return
+        surplus = len(live) - replicas
+        # Starting replicas go first (nothing to drain), then the least loaded ready ones.
+        for replica in sorted(live, key=lambda r: (r.phase is Phase.READY, r.outstanding)):
+            if surplus == 0:
+                break
+            replica.drain(self.now)
+            surplus -= 1
+        self._retire_stopped()
+        self._roll()
+
+    def reconfigure(self, settings: EngineSettings) -> None:
+        """Change engine flags: a rolling update replaces every replica."""
+        if settings == self.settings:
+            return
+        self.settings = settings
+        self.rolling_restarts += 1
+        self._roll()
+
+    # -- queries ----------------------------------------------------------------------
+
+    @property
+    def ready_replicas(self) -> int:
+        return sum(1 for r in self.replicas if r.phase is Phase.READY)
+
+    @property
+    def starting_replicas(self) -> int:
+        return sum(1 for r in self.replicas if r.phase is Phase.STARTING)
+
+    @property
+    def gpus_in_use(self) -> int:
+        """Replicas holding a GPU: starting, ready or draining."""
+        return sum(1 for r in self.replicas if r.phase is not Phase.STOPPED)
+
+    def totals(self) -> MetricRecorder:
+        total = self.retired.copy()
+        for replica in self.replicas:
+            replica.recorder.advance_gauges(self.now)
+            total.add(replica.recorder)
+        return total
+
+    def snapshot(self) -> None:
+        """Remember the cumulative metrics now (call at every control tick)."""
+        self._snapshots.append((self.now, self.totals()))
+        while len(self._snapshots) > 1 and self._snapshots[1][0] < self.now - 3600:
+            self._snapshots.popleft()
+
+    def observation(self, window_s: float) -> Observation:
+        """Increases over the last `window_s` seconds, as the Prometheus source reports them."""
+        current = self.totals()
+        start_time, earlier = self.now, MetricRecorder()
+        for time, recorded in self._snapshots:
+            if time <= self.now - window_s + 1e-9:
+                start_time, earlier = time, recorded
+        if start_time == self.now and self._snapshots:
+            start_time, earlier = self._snapshots[0]
+        elapsed = max(1e-9, self.now - start_time)
+
+        def delta(name: str, scale: float = 1000.0):  # type: ignore[no-untyped-def]
+            return current.histograms[name].minus(earlier.histograms[name]).to_histogram(scale)
+
+        ttft = delta("vllm:time_to_first_token_seconds")
+        return Observation(
+            observed_at=self.now,
+            window_s=elapsed,
+            ttft=ttft,
+            queue=delta("vllm:request_queue_time_seconds"),
+            prefill=delta("vllm:request_prefill_time_seconds"),
+            itl=delta("vllm:inter_token_latency_seconds"),
+            prompt_tokens=delta("vllm:request_prompt_tokens", 1.0),
+            request_rate=ttft.total / elapsed,
+            waiting=(current.waiting_integral - earlier.waiting_integral) / elapsed
+            + len(self.backlog),
+            running=(current.running_integral - earlier.running_integral) / elapsed,
+            reporting_pods=self.ready_replicas,
+        )
+
+    # -- the event loop ----------------------------------------------------------------
+
+    def run_until(self, until: float) -> None:
+        while True:
+            arrival = self._next_arrival.arrival if self._next_arrival else math.inf
+            replica = min(self.replicas, key=lambda r: r.next_event, default=None)
+            own = replica.next_event if replica is not None else math.inf
+            if min(arrival, own) > until:
+                break
+            if arrival <= own:
+                assert self._next_arrival is not None
+                self.now = arrival
+                request = self._next_arrival
+                self._next_arrival = next(self._arrivals, None)
+                self._route(request)
+            else:
+                assert replica is not None
+                self.now = own
+                was_starting = replica.phase is Phase.STARTING
+                replica.handle_event(own)
+                if was_starting:
+                    self._on_ready()
+                self._collect(replica)
+        self.now = until
+
+    def _collect(self, replica: Replica) -> None:
+        if replica.finished:
+            self.finished.extend(replica.finished)
+            replica.finished.clear()
+        if replica.phase is Phase.STOPPED:
+            self._retire_stopped()
+
+    def _route(self, request: Request) -> None:
+        ready = [r for r in self.replicas if r.phase is Phase.READY]
+        if not ready:
+            self.backlog.append(request)
+            return
+        if self.router == "round-robin":
+            target = ready[self._round_robin % len(ready)]
+            self._round_robin += 1
+        else:
+            target = min(ready, key=lambda r: r.outstanding)
+        target.submit(request, self.now)
+
+    def _on_ready(self) -> None:
+        while self.backlog and any(r.phase is Phase.READY for r in self.replicas):
+            self._route(self.backlog.popleft())
+        self._roll()
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def _start_replica(self, ready_now: bool) -> Replica:
+        replica = Replica(
+            name=f"engine-{next(self._names)}",
+            profile=self.profile,
+            max_num_seqs=self.settings.max_num_seqs,
+            max_num_batched_tokens=self.settings.max_num_batched_tokens,
+            ready_at=self.now if ready_now else self.now + self.startup_s,
+        )
+        replica.recorder.gauge_time = self.now
+        if ready_now:
+            replica.handle_event(self.now)
+        self.replicas.append(replica)
+        return replica
+
+    def _outdated(self) -> list[Replica]:
+        return [
+            r
+            for r in self.replicas
+            if (r.max_num_seqs, r.max_num_batched_tokens)
+            != (self.settings.max_num_seqs, self.settings.max_num_batched_tokens)
+            and r.phase in (Phase.STARTING, Phase.READY)
+        ]
+
+    def _roll(self) -> None:
+        """One round of a rolling update: drain old replicas while enough stay available,
+        start new ones within the surge."""
+        outdated = self._outdated()
+        if not outdated:
+            return
+        current = [r for r in self.replicas if r.phase in (Phase.STARTING, Phase.READY)]
+        current = [r for r in current if r not in outdated]
+        surge = max(1, math.ceil(self.desired * 0.25))
+        floor_available = self.desired - math.floor(self.desired * 0.25)
+        for replica in sorted(outdated, key=lambda r: r.phase is Phase.READY):
+            ready = sum(1 for r in (*current, *outdated) if r.phase is Phase.READY)
+            after = ready - (replica.phase is Phase.READY)
+            if after < floor_available and len(current) + len(outdated) <= self.desired:
+                break
+            if after < floor_available and replica.phase is Phase.READY:
+                break
+            replica.drain(self.now)
+            outdated.remove(replica)
+        room = self.desired + surge - len(current) - len(outdated)
+        for _ in range(max(0, min(self.desired - len(current), room))):
+            current.append(self._start_replica(ready_now=False))
+        self._retire_stopped()
+
+    @property
+    def rollout_in_progress(self) -> bool:
+        return bool(self._outdated())
+
+    def _retire_stopped(self) -> None:
+        for replica in [r for r in self.replicas if r.phase is Phase.STOPPED]:
+            replica.recorder.advance_gauges(self.now)
+            self.retired.add(replica.recorder)
+            self.finished.extend(replica.finished)
+            self.replicas.remove(replica)

@@ -1,0 +1,144 @@
+"""vLLM's metrics for one simulated replica: the same names, labels and histogram buckets.
+
+A `MetricRecorder` keeps each histogram as per-bucket counts (seconds, vLLM v1 buckets), the
+counters, and the gauges with their time integrals (so window averages are exact). The fleet
+sums recorders into an `Observation` in virtual time; the real-time server renders them as
+Prometheus text exposition for a real Prometheus to scrape.
+
+Written by `sim.engine`; read by `sim.fleet` and the metrics server.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Final
+
+from slascaler.engines import (
+    VLLM_ITL_BUCKETS_S,
+    VLLM_REQUEST_LATENCY_BUCKETS_S,
+    VLLM_TTFT_BUCKETS_S,
+    vllm_token_buckets,
+)
+from slascaler.model.histogram import Histogram
+
+MAX_MODEL_LEN: Final = 32768
+TOKEN_BUCKETS: Final = tuple(float(b) for b in vllm_token_buckets(MAX_MODEL_LEN))
+
+HISTOGRAMS: Final[dict[str, tuple[float, ...]]] = {
+    "vllm:time_to_first_token_seconds": VLLM_TTFT_BUCKETS_S,
+    "vllm:request_queue_time_seconds": VLLM_REQUEST_LATENCY_BUCKETS_S,
+    "vllm:request_prefill_time_seconds": VLLM_REQUEST_LATENCY_BUCKETS_S,
+    "vllm:request_decode_time_seconds": VLLM_REQUEST_LATENCY_BUCKETS_S,
+    "vllm:e2e_request_latency_seconds": VLLM_REQUEST_LATENCY_BUCKETS_S,
+    "vllm:inter_token_latency_seconds": VLLM_ITL_BUCKETS_S,
+    "vllm:request_prompt_tokens": TOKEN_BUCKETS,
+    "vllm:request_generation_tokens": TOKEN_BUCKETS,
+}
+
+
+@dataclass
+class HistogramCounts:
+    """A growing classic histogram: per-bucket counts (last is +Inf), sum and count."""
+
+    bounds: tuple[float, ...]
+    counts: list[float] = field(default_factory=list)
+    total: float = 0.0
+    observations: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0.0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float, weight: float = 1.0) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += weight
+        self.total += value * weight
+        self.observations += weight
+
+    def add(self, other: HistogramCounts) -> None:
+        for i, c in enumerate(other.counts):
+            self.counts[i] += c
+        self.total += other.total
+        self.observations += other.observations
+
+    def minus(self, earlier: HistogramCounts) -> HistogramCounts:
+        return HistogramCounts(
+            self.bounds,
+            [a - b for a, b in zip(self.counts, earlier.counts, strict=True)],
+            self.total - earlier.total,
+            self.observations - earlier.observations,
+        )
+
+    def copy(self) -> HistogramCounts:
+        return HistogramCounts(self.bounds, list(self.counts), self.total, self.observations)
+
+    def to_histogram(self, scale: float = 1.0) -> Histogram:
+        cumulative: list[float] = []
+        running = 0.0
+        for c in self.counts:
+            running += c
+            cumulative.append(running)
+        return Histogram(
+            upper_bounds=(*(b * scale for b in self.bounds), float("inf")),
+            cumulative_counts=tuple(cumulative),
+            sum=self.total * scale,
+            count=self.observations,
+        )
+
+
+@dataclass
+class MetricRecorder:
+    """All of one replica's metrics (or a sum of several)."""
+
+    histograms: dict[str, HistogramCounts] = field(
+        default_factory=lambda: {name: HistogramCounts(b) for name, b in HISTOGRAMS.items()}
+    )
+    counters: dict[str, float] = field(
+        default_factory=lambda: {
+            "vllm:request_success_total": 0.0,
+            "vllm:prompt_tokens_total": 0.0,
+            "vllm:generation_tokens_total": 0.0,
+            "vllm:num_preemptions_total": 0.0,
+        }
+    )
+    # Gauges: current value, and ∫ value dt up to `gauge_time`.
+    waiting: float = 0.0
+    running: float = 0.0
+    waiting_integral: float = 0.0
+    running_integral: float = 0.0
+    gauge_time: float = 0.0
+
+    def advance_gauges(self, now: float) -> None:
+        if now > self.gauge_time:
+            elapsed = now - self.gauge_time
+            self.waiting_integral += self.waiting * elapsed
+            self.running_integral += self.running * elapsed
+            self.gauge_time = now
+
+    def set_gauges(self, now: float, waiting: int, running: int) -> None:
+        self.advance_gauges(now)
+        self.waiting, self.running = float(waiting), float(running)
+
+    def observe(self, name: str, value: float, weight: float = 1.0) -> None:
+        self.histograms[name].observe(value, weight)
+
+    def add(self, other: MetricRecorder) -> None:
+        for name, h in other.histograms.items():
+            self.histograms[name].add(h)
+        for name, v in other.counters.items():
+            self.counters[name] += v
+        self.waiting_integral += other.waiting_integral
+        self.running_integral += other.running_integral
+
+    def copy(self) -> MetricRecorder:
+        clone = MetricRecorder(
+            histograms={n: h.copy() for n, h in self.histograms.items()},
+            counters=dict(self.counters),
+        )
+        clone.waiting, clone.running = self.waiting, self.running
+        clone.waiting_integral, clone.running_integral = (
+            self.waiting_integral,
+            self.running_integral,
+        )
+        clone.gauge_time = self.gauge_time
+        return clone
