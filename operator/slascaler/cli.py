@@ -110,6 +110,49 @@ def _samples(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _demo(args: argparse.Namespace, out: TextIO) -> int:
+    from slascaler.sim.demo import run_demo
+
+    run_demo(args.minutes, Path(args.plot) if args.plot else None, out)
+    return 0
+
+
+def _bench(args: argparse.Namespace, out: TextIO) -> int:
+    from slascaler.sim.benchmark import (
+        default_scenarios,
+        markdown_table,
+        run_matrix,
+        trace_scenarios,
+        write_csv,
+    )
+    from slascaler.sim.workload import TraceError, load_trace
+
+    if args.trace:
+        try:
+            rows = load_trace(Path(args.trace))
+        except (TraceError, OSError) as error:
+            print(f"slascaler bench: {error}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        scenarios = [trace_scenarios(rows, Path(args.trace).name, 1, args.minutes)]
+    else:
+        scenarios = default_scenarios(args.minutes)
+    if args.scenario:
+        scenarios = [s for s in scenarios if any(k in s.name for k in args.scenario)]
+    seeds = [int(s) for s in args.seeds.split(",")]
+    rows_out = run_matrix(
+        scenarios, seeds, with_oracle=not args.no_oracle,
+        progress=lambda text: print(f"running {text}", file=sys.stderr),
+    )  # fmt: skip
+    table = markdown_table(rows_out)
+    out.write(table)
+    if args.out:
+        directory = Path(args.out)
+        directory.mkdir(parents=True, exist_ok=True)
+        write_csv(rows_out, directory / "bench.csv")
+        (directory / "bench.md").write_text(table, encoding="utf-8")
+    return 0
+
+
 def _percentile(text: str) -> float:
     value = float(text)
     if not 0 < value < 100:
@@ -154,6 +197,25 @@ def _parser() -> argparse.ArgumentParser:
     samples.add_argument("--format", choices=["csv", "jsonl"], default="csv")
     samples.add_argument("-o", "--output", help="file to write (default: standard output)")
     samples.set_defaults(run=_samples)
+
+    demo = commands.add_parser(
+        "demo", help="the Azure conversation trace through a simulated fleet: slascaler vs HPA"
+    )
+    demo.add_argument("--minutes", type=_positive, default=60.0, help="simulated minutes (60)")
+    demo.add_argument("--plot", default="out/demo.png", help="PNG to write ('' for none)")
+    demo.set_defaults(run=_demo)
+
+    bench = commands.add_parser("bench", help="the scenario × policy benchmark matrix")
+    bench.add_argument("--trace", help="your own trace: Azure CSV, or JSONL with timestamp (ms), "
+                       "input_length, output_length")  # fmt: skip
+    bench.add_argument("--minutes", type=_positive, default=30.0, help="simulated minutes (30)")
+    bench.add_argument("--seeds", default="1,2", help="comma-separated seeds (1,2)")
+    bench.add_argument(
+        "--scenario", action="append", help="run only scenarios whose name contains this"
+    )
+    bench.add_argument("--no-oracle", action="store_true", help="skip the oracle and static runs")
+    bench.add_argument("--out", default="out/bench", help="directory for bench.csv and bench.md")
+    bench.set_defaults(run=_bench)
     return parser
 
 

@@ -607,10 +607,14 @@ def _scale_in_candidate(
     ttft_low = analysis.ttft_ms <= spec.ttft.threshold_ms * tunables.headroom
     itl_low = spec.itl is None or analysis.itl_ms <= spec.itl.threshold_ms * tunables.headroom
     no_queue = observation.waiting / pods < tunables.no_queue_waiting_per_pod
-    if not (ttft_low and itl_low and no_queue):
+    if analysis.ttft_over or not (itl_low and no_queue):
         return current
-    sized = _sized_replicas(draft, observation, analysis, service_rate, tunables.headroom)
-    return spec.replicas.clamp(sized if sized is not None else current - 1)
+    # With a calibrated queueing model, the count it needs (with the same margin as a
+    # scale-up, so the two agree); without one, one replica less, and only with TTFT headroom.
+    sized = _sized_replicas(draft, observation, analysis, service_rate, tunables.sizing_margin)
+    if sized is not None:
+        return spec.replicas.clamp(min(sized, current) if ttft_low else max(sized, current - 1))
+    return spec.replicas.clamp(current - 1 if ttft_low else current)
 
 
 def _stabilize_scale_down(draft: _Draft) -> None:

@@ -46,6 +46,7 @@ class Fleet:
         router: str = "least-outstanding",
         start: float = 0.0,
         ready_at_start: bool = True,
+        gpu_limit: int | None = None,
     ) -> None:
         if router not in ("least-outstanding", "round-robin"):
             raise ValueError(f"unknown router {router!r}")
@@ -65,7 +66,8 @@ class Fleet:
         self._snapshots: deque[tuple[float, MetricRecorder]] = deque()
         self.rolling_restarts = 0
         self.desired = replicas
-        for _ in range(replicas):
+        self.gpu_limit = gpu_limit
+        for _ in range(min(replicas, gpu_limit or replicas)):
             self._start_replica(ready_now=ready_at_start)
 
     # -- inputs -----------------------------------------------------------------------
@@ -80,8 +82,7 @@ class Fleet:
         self.desired = replicas
         live = [r for r in self.replicas if r.phase in (Phase.STARTING, Phase.READY)]
         if replicas > len(live):
-            for _ in range(replicas - len(live)):
-                self._start_replica(ready_now=False)
+            self._fill()
             self._roll()
             return
         surplus = len(live) - replicas
@@ -103,6 +104,19 @@ class Fleet:
         self._roll()
 
     # -- queries ----------------------------------------------------------------------
+
+    @property
+    def unschedulable(self) -> int:
+        """Replicas asked for that no GPU is free for (Pending, Unschedulable)."""
+        live = sum(1 for r in self.replicas if r.phase in (Phase.STARTING, Phase.READY))
+        return max(0, self.desired - live)
+
+    def _fill(self) -> None:
+        """Start replicas up to the desired count, as far as free GPUs allow."""
+        live = sum(1 for r in self.replicas if r.phase in (Phase.STARTING, Phase.READY))
+        free = math.inf if self.gpu_limit is None else self.gpu_limit - self.gpus_in_use
+        for _ in range(int(max(0, min(self.desired - live, free)))):
+            self._start_replica(ready_now=False)
 
     @property
     def ready_replicas(self) -> int:
@@ -254,6 +268,8 @@ class Fleet:
             replica.drain(self.now)
             outdated.remove(replica)
         room = self.desired + surge - len(current) - len(outdated)
+        if self.gpu_limit is not None:
+            room = min(room, self.gpu_limit - self.gpus_in_use)
         for _ in range(max(0, min(self.desired - len(current), room))):
             current.append(self._start_replica(ready_now=False))
         self._retire_stopped()
@@ -268,3 +284,5 @@ class Fleet:
             self.retired.add(replica.recorder)
             self.finished.extend(replica.finished)
             self.replicas.remove(replica)
+        if self.gpu_limit is not None and not self._outdated():
+            self._fill()

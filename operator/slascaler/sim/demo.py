@@ -1,0 +1,124 @@
+"""`slascaler demo`: the Azure conversation trace through a simulated fleet, slascaler vs HPA.
+
+Replays the bundled conversation trace superposed 4× (≈ 22 requests/s, so it needs several
+A100 replicas) under slascaler and under the HPA-on-queue-length recipe, prints a side-by-side
+table and writes a PNG: TTFT p95 per minute against the SLA, replicas over time, and
+slascaler's regime. Called by the CLI.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from slascaler.sim.baselines import QUEUE_TARGET_PER_POD, HPAController
+from slascaler.sim.benchmark import Row, markdown_table, trace_scenarios
+from slascaler.sim.run import RunResult, SlascalerController, simulate
+from slascaler.sim.workload import load_trace
+
+REGIME_COLOURS = {
+    "QueueBound": "#d62728",
+    "PrefillBound": "#9467bd",
+    "DecodeBound": "#ff7f0e",
+    "Healthy": "#2ca02c",
+    "Idle": "#7f7f7f",
+    "Unknown": "#cccccc",
+}
+
+
+class _Progress:
+    """Prints how far a run has got, every 10% of simulated time."""
+
+    def __init__(self, name: str, duration_s: float, err: TextIO) -> None:
+        self.name, self.duration_s, self.err, self.shown = name, duration_s, err, -1
+
+    def tick(self, now: float) -> None:
+        tenth = int(10 * now / self.duration_s)
+        if tenth != self.shown:
+            self.shown = tenth
+            self.err.write(f"\r{self.name:>14}: {10 * tenth:3d}% of the simulated time")
+            self.err.flush()
+
+
+def run_demo(
+    minutes: float, plot_path: Path | None, out: TextIO, err: TextIO = sys.stderr
+) -> list[RunResult]:
+    scenario = trace_scenarios(load_trace("conversation"), "conversation trace ×4", 4, minutes)
+    spec = scenario.spec()
+    results: list[RunResult] = []
+    for controller in (
+        SlascalerController(spec),
+        HPAController("queue", QUEUE_TARGET_PER_POD, 1, scenario.max_replicas),
+    ):
+        progress = _Progress(controller.name, scenario.duration_s, err)
+        results.append(
+            simulate(
+                scenario.workload(1),
+                controller,
+                scenario.profile,
+                scenario.settings,
+                scenario.initial_replicas,
+                scenario.startup_s,
+                scenario.duration_s,
+                scenario.threshold_ms,
+                on_tick=progress.tick,
+            )
+        )
+        err.write("\n")
+    out.write(
+        f"Azure conversation trace ×4, {minutes:g} min, {scenario.profile.name}, SLA: TTFT p95 ≤ "
+        f"{scenario.threshold_ms:.0f} ms, ITL p95 ≤ {scenario.itl_ms:.0f} ms, start-up "
+        f"{scenario.startup_s:.0f} s\n\n"
+    )
+    out.write(markdown_table([Row(scenario.name, 1, r) for r in results]))
+    if plot_path is not None:
+        plot(results, scenario.threshold_ms, plot_path)
+        out.write(f"\nplot written to {plot_path}\n")
+    return results
+
+
+def plot(results: Sequence[RunResult], threshold_ms: float, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (latency, replicas, regimes) = plt.subplots(
+        3, 1, figsize=(10, 8), sharex=True, gridspec_kw={"height_ratios": [3, 2, 0.6]}
+    )
+    for result in results:
+        windows = result.window_p95()
+        latency.plot(
+            [s / 60 for s, _ in windows],
+            [p if math.isfinite(p) else float("nan") for _, p in windows],
+            marker=".", label=result.name,
+        )  # fmt: skip
+        replicas.step(
+            [s.at / 60 for s in result.timeline], [s.gpus for s in result.timeline],
+            where="post", label=result.name,
+        )  # fmt: skip
+    latency.axhline(threshold_ms, color="black", linestyle="--", label="SLA")
+    latency.set_yscale("log")
+    latency.set_ylabel("TTFT p95 per minute (ms)")
+    latency.legend()
+    replicas.set_ylabel("GPUs (replicas)")
+    replicas.legend()
+    slascaler = results[0]
+    for sample in slascaler.timeline:
+        colour = REGIME_COLOURS.get(sample.regime, "#cccccc")
+        regimes.axvspan(sample.at / 60, sample.at / 60 + 5 / 60, color=colour, linewidth=0)
+    regimes.set_yticks([])
+    regimes.set_ylabel("regime")
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=c) for c in REGIME_COLOURS.values()]
+    regimes.legend(handles, REGIME_COLOURS.keys(), ncol=6, fontsize=7, loc="upper center",
+                   bbox_to_anchor=(0.5, -0.6))  # fmt: skip
+    regimes.set_xlabel("minutes")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
