@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv test lint typecheck unit analyze clean
+.PHONY: venv test lint typecheck unit analyze demo bench clean
 
 venv: $(STAMP)
 
@@ -35,7 +35,16 @@ unit: $(STAMP)
 ## test: everything CI runs
 test: lint typecheck unit
 
-## analyze: the main job until the demo lands: TTFT analysis of a bundled sample
+## demo: the main job: the Azure conversation trace through a simulated fleet, slascaler vs HPA
+demo: $(STAMP)
+	$(BIN)/slascaler demo --minutes 60 --plot out/demo.png
+
+## bench: the scenario × policy matrix (about 10 minutes on 2 cores) and the simulator's speed
+bench: $(STAMP)
+	$(BIN)/slascaler bench --speed
+	$(BIN)/slascaler bench --minutes 30 --seeds 1 --out out/bench
+
+## analyze: TTFT analysis of the bundled per-request samples
 analyze: $(STAMP)
 	$(BIN)/slascaler analyze examples/samples/high_load.csv
 	$(BIN)/slascaler analyze examples/samples/low_load.csv --objective-ms 150

@@ -122,11 +122,19 @@ def _bench(args: argparse.Namespace, out: TextIO) -> int:
         default_scenarios,
         markdown_table,
         run_matrix,
+        simulator_speed,
         trace_scenarios,
         write_csv,
     )
     from slascaler.sim.workload import TraceError, load_trace
 
+    if args.speed:
+        count, cpu, ratio = simulator_speed()
+        out.write(
+            f"simulator: 1 h of the conversation trace ({count} requests) on 8 replicas in "
+            f"{cpu:.2f} s of CPU: {ratio:.0f}× real time\n"
+        )
+        return 0
     if args.trace:
         try:
             rows = load_trace(Path(args.trace))
@@ -215,6 +223,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--no-oracle", action="store_true", help="skip the oracle and static runs")
     bench.add_argument("--out", default="out/bench", help="directory for bench.csv and bench.md")
+    bench.add_argument("--speed", action="store_true", help="only measure the simulator's speed")
     bench.set_defaults(run=_bench)
     return parser
 

@@ -221,3 +221,24 @@ def write_csv(rows: Sequence[Row], path: Path) -> None:
         writer.writerow(COLUMNS)
         for row in rows:
             writer.writerow(_cells(row))
+
+
+def simulator_speed(replicas: int = 8) -> tuple[int, float, float]:
+    """(requests, CPU seconds, virtual/CPU ratio) for one hour of the conversation trace."""
+    import time
+
+    from slascaler.sim.fleet import Fleet
+
+    requests = replay(load_trace("conversation"))
+    fleet = Fleet(PROFILES["llama3-8b-h100"], replicas, EngineSettings(256, 8192))
+    fleet.feed(requests)
+    span = requests[-1].arrival
+    started = time.process_time()
+    tick = 0.0
+    while tick <= span:
+        fleet.run_until(tick)
+        fleet.snapshot()
+        tick += 15.0
+    fleet.run_until(span + 300.0)
+    cpu = time.process_time() - started
+    return len(requests), cpu, span / cpu

@@ -199,9 +199,13 @@ class Replica:
         for request in step.decodes:
             request.generated += repeats
             request.kv += repeats
-            self.kv_used += repeats
-            record.observe("vllm:inter_token_latency_seconds", duration, repeats)
             request.last_token_at = end
+        self.kv_used += repeats * len(step.decodes)
+        if step.decodes:
+            # Every decode of the step waited the same step time for its token.
+            record.observe(
+                "vllm:inter_token_latency_seconds", duration, repeats * len(step.decodes)
+            )
         record.counters["vllm:generation_tokens_total"] += repeats * len(step.decodes)
         for request, tokens in step.chunks:
             request.prefilled += tokens
