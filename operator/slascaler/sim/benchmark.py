@@ -87,7 +87,7 @@ def default_scenarios(minutes: float = 30.0) -> list[Scenario]:
     ) -> Callable[[int], list[Request]]:
         return lambda seed: modulated_poisson(rate, peak, duration, rows, seed)
 
-    long_prompts = [r for r in code if r.prompt >= 4000]
+    very_long_prompts = [r for r in code if r.prompt >= 6000]
     return [
         trace_scenarios(conversation, "conversation trace ×4", 4, minutes),
         trace_scenarios(code, "code trace ×8", 8, minutes),
@@ -110,11 +110,14 @@ def default_scenarios(minutes: float = 30.0) -> list[Scenario]:
         ),
         Scenario(
             "prefill-bound low load",
-            poisson(lambda t: 0.3, 0.3, long_prompts),
+            poisson(lambda t: 0.3, 0.3, very_long_prompts),
             duration,
-            settings=EngineSettings(256, 512),
-            threshold_ms=800.0,
-            initial_replicas=2,
+            profile=PROFILES["llama3-8b-h100"],
+            settings=EngineSettings(256, 256),
+            threshold_ms=250.0,
+            itl_ms=200.0,
+            max_replicas=8,
+            knobs={"maxBatchSize": {"min": 16, "max": 512}, "chunkSize": {"min": 256, "max": 8192}},
         ),
         Scenario(
             "capacity-limited",
@@ -130,31 +133,31 @@ POLICIES = ("slascaler", "HPA on queue", "KEDA on TTFT", "Static (peak)", "Oracl
 
 
 def _controllers(scenario: Scenario, seed: int, with_oracle: bool) -> list[tuple[Controller, int]]:
+    """The policies, each with the replicas it starts from.
+
+    With the oracle, every policy starts from the oracle's first-minute requirement (what a
+    user who sized the Deployment for the opening load would have); without, from the
+    scenario's initial count.
+    """
     spec = scenario.spec()
-    controllers: list[tuple[Controller, int]] = [
-        (SlascalerController(spec), scenario.initial_replicas),
-        (
-            HPAController("queue", QUEUE_TARGET_PER_POD, 1, scenario.max_replicas),
-            scenario.initial_replicas,
-        ),
-        (
-            HPAController("ttft", scenario.threshold_ms, 1, scenario.max_replicas),
-            scenario.initial_replicas,
-        ),
-    ]
+    initial = scenario.initial_replicas
+    extra: list[tuple[Controller, int]] = []
     if with_oracle:
         needed = window_requirements(
-            lambda: scenario.workload(seed),
-            scenario.profile,
-            scenario.settings,
-            scenario.duration_s,
-            scenario.threshold_ms,
-            95.0,
-            scenario.max_replicas,
-        )
-        controllers.append((StaticController(max(needed)), max(needed)))
-        controllers.append((OracleController(needed, scenario.startup_s), needed[0]))
-    return controllers
+            lambda: scenario.workload(seed), scenario.profile, scenario.settings,
+            scenario.duration_s, scenario.threshold_ms, 95.0, scenario.max_replicas,
+        )  # fmt: skip
+        initial = needed[0]
+        extra = [
+            (StaticController(max(needed)), max(needed)),
+            (OracleController(needed, scenario.startup_s), needed[0]),
+        ]
+    return [
+        (SlascalerController(spec), initial),
+        (HPAController("queue", QUEUE_TARGET_PER_POD, 1, scenario.max_replicas), initial),
+        (HPAController("ttft", scenario.threshold_ms, 1, scenario.max_replicas), initial),
+        *extra,
+    ]
 
 
 @dataclass(frozen=True)
