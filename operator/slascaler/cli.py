@@ -158,6 +158,10 @@ def _bench(args: argparse.Namespace, out: TextIO) -> int:
         directory.mkdir(parents=True, exist_ok=True)
         write_csv(rows_out, directory / "bench.csv")
         (directory / "bench.md").write_text(table, encoding="utf-8")
+        from slascaler.sim.plots import plot_bench
+
+        plot_bench(rows_out, directory / "bench.png")
+        out.write(f"\nwritten: {directory}/bench.csv, bench.md, bench.png\n")
     return 0
 
 

@@ -32,6 +32,7 @@ class Observation:
     waiting: float = math.nan  # requests waiting for a slot, summed over pods
     running: float = math.nan  # requests running, summed over pods
     reporting_pods: int = 0  # pods that exported engine metrics in the window
+    waiting_now: float = math.nan  # requests waiting at the end of the window (instant gauge)
     problems: tuple[str, ...] = field(default=())
 
     def missing_inputs(self, need_itl: bool) -> tuple[str, ...]:

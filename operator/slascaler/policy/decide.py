@@ -291,14 +291,19 @@ def _apply_regime_rule(
     return _scale_in_candidate(draft, observation, analysis, service_rate)
 
 
-def _offered_rate(observation: Observation) -> float:
-    """Requests/s to size for: those served, plus draining the backlog within one window.
+def _offered_rate(observation: Observation, horizon_s: float) -> float:
+    """Requests/s to size for: those served, plus draining the backlog within `horizon_s`.
 
     In overload the served rate is capped at the fleet's capacity and hides the arrivals;
-    the waiting requests are the part of the load it did not serve.
+    the requests waiting now are the part of the load it did not serve. The horizon is the
+    scale-up cooldown: the backlog should be gone before the next scale-up could be made.
     """
-    backlog = observation.waiting if math.isfinite(observation.waiting) else 0.0
-    return observation.request_rate + backlog / max(1.0, observation.window_s)
+    backlog = max(
+        value
+        for value in (observation.waiting, observation.waiting_now, 0.0)
+        if math.isfinite(value)
+    )
+    return observation.request_rate + backlog / max(15.0, horizon_s)
 
 
 def _sized_replicas(
@@ -311,7 +316,9 @@ def _sized_replicas(
     """Replicas the queueing model needs for the objective × fraction; None if it cannot say."""
     if service_rate is None or observation.prefill is None or observation.request_rate <= 0:
         return None
-    model = QueueModel(_offered_rate(observation), service_rate)
+    model = QueueModel(
+        _offered_rate(observation, draft.spec.behavior.scale_up_cooldown_s), service_rate
+    )
     service = service_distribution(
         observation.prefill,
         analysis.component_means_ms["tokenization"],
@@ -392,7 +399,8 @@ def _queue_bound(
     if sized is not None:
         why = (
             f"the queueing model (μ = {service_rate:.2f} req/s per replica at "
-            f"λ = {_offered_rate(observation):.2f} req/s) needs {sized} replicas for TTFT "
+            f"λ = {_offered_rate(observation, draft.spec.behavior.scale_up_cooldown_s):.2f} "
+            f"req/s) needs {sized} replicas for TTFT "
             f"p{draft.spec.ttft.percentile:g} ≤ "
             f"{draft.spec.ttft.threshold_ms * draft.tunables.sizing_margin:.0f} ms"
         )

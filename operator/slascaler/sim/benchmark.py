@@ -114,7 +114,7 @@ def default_scenarios(minutes: float = 30.0) -> list[Scenario]:
             duration,
             profile=PROFILES["llama3-8b-h100"],
             settings=EngineSettings(256, 256),
-            threshold_ms=250.0,
+            threshold_ms=200.0,
             itl_ms=200.0,
             max_replicas=8,
             knobs={"maxBatchSize": {"min": 16, "max": 512}, "chunkSize": {"min": 256, "max": 8192}},
@@ -147,11 +147,10 @@ def _controllers(scenario: Scenario, seed: int, with_oracle: bool) -> list[tuple
             lambda: scenario.workload(seed), scenario.profile, scenario.settings,
             scenario.duration_s, scenario.threshold_ms, 95.0, scenario.max_replicas,
         )  # fmt: skip
-        initial = needed[0]
-        extra = [
-            (StaticController(max(needed)), max(needed)),
-            (OracleController(needed, scenario.startup_s), needed[0]),
-        ]
+        oracle = OracleController(needed, scenario.startup_s)
+        peak = max(n or 1 for n in needed)
+        initial = needed[0] or scenario.initial_replicas
+        extra = [(StaticController(peak), peak), (oracle, oracle.target(0.0))]
     return [
         (SlascalerController(spec), initial),
         (HPAController("queue", QUEUE_TARGET_PER_POD, 1, scenario.max_replicas), initial),

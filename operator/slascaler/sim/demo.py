@@ -8,25 +8,15 @@ slascaler's regime. Called by the CLI.
 
 from __future__ import annotations
 
-import math
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
 from slascaler.sim.baselines import QUEUE_TARGET_PER_POD, HPAController
 from slascaler.sim.benchmark import Row, markdown_table, trace_scenarios
+from slascaler.sim.plots import plot_demo
 from slascaler.sim.run import RunResult, SlascalerController, simulate
 from slascaler.sim.workload import load_trace
-
-REGIME_COLOURS = {
-    "QueueBound": "#d62728",
-    "PrefillBound": "#9467bd",
-    "DecodeBound": "#ff7f0e",
-    "Healthy": "#2ca02c",
-    "Idle": "#7f7f7f",
-    "Unknown": "#cccccc",
-}
 
 
 class _Progress:
@@ -75,50 +65,6 @@ def run_demo(
     )
     out.write(markdown_table([Row(scenario.name, 1, r) for r in results]))
     if plot_path is not None:
-        plot(results, scenario.threshold_ms, plot_path)
+        plot_demo(results, scenario.threshold_ms, plot_path)
         out.write(f"\nplot written to {plot_path}\n")
     return results
-
-
-def plot(results: Sequence[RunResult], threshold_ms: float, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (latency, replicas, regimes) = plt.subplots(
-        3, 1, figsize=(10, 8), sharex=True, gridspec_kw={"height_ratios": [3, 2, 0.6]}
-    )
-    for result in results:
-        windows = result.window_p95()
-        latency.plot(
-            [s / 60 for s, _ in windows],
-            [p if math.isfinite(p) else float("nan") for _, p in windows],
-            marker=".", label=result.name,
-        )  # fmt: skip
-        replicas.step(
-            [s.at / 60 for s in result.timeline], [s.gpus for s in result.timeline],
-            where="post", label=result.name,
-        )  # fmt: skip
-    latency.axhline(threshold_ms, color="black", linestyle="--", label="SLA")
-    latency.set_yscale("log")
-    latency.set_ylabel("TTFT p95 per minute (ms)")
-    latency.legend()
-    replicas.set_ylabel("GPUs (replicas)")
-    replicas.legend()
-    slascaler = results[0]
-    for sample in slascaler.timeline:
-        colour = REGIME_COLOURS.get(sample.regime, "#cccccc")
-        regimes.axvspan(sample.at / 60, sample.at / 60 + 5 / 60, color=colour, linewidth=0)
-    regimes.set_yticks([])
-    regimes.set_ylabel("regime")
-    from matplotlib.patches import Patch
-
-    handles = [Patch(color=c) for c in REGIME_COLOURS.values()]
-    regimes.legend(handles, REGIME_COLOURS.keys(), ncol=6, fontsize=7, loc="upper center",
-                   bbox_to_anchor=(0.5, -0.6))  # fmt: skip
-    regimes.set_xlabel("minutes")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)

@@ -172,6 +172,7 @@ class Fleet:
             + len(self.backlog),
             running=(current.running_integral - earlier.running_integral) / elapsed,
             reporting_pods=self.ready_replicas,
+            waiting_now=sum(len(r.waiting) for r in self.replicas) + len(self.backlog),
         )
 
     # -- the event loop ----------------------------------------------------------------

@@ -29,10 +29,11 @@ def window_requirements(
     threshold_ms: float,
     percentile: float,
     max_replicas: int,
-) -> list[int]:
-    """Per 1-minute window, the fewest always-ready replicas that meet the objective."""
+) -> list[int | None]:
+    """Per 1-minute window, the fewest always-ready replicas that meet the objective; None
+    where no count up to `max_replicas` does (replicas cannot fix that window)."""
     windows = math.ceil(duration_s / WINDOW_S)
-    needed = [max_replicas] * windows
+    needed: list[int | None] = [None] * windows
     unresolved = set(range(windows))
     for n in range(1, max_replicas + 1):
         result = simulate(
@@ -59,7 +60,9 @@ def window_requirements(
 
 @dataclass
 class OracleController:
-    needed: Sequence[int]
+    """Where no count meets the objective, the oracle runs one replica: more would not help."""
+
+    needed: Sequence[int | None]
     startup_s: float
     period_s: float = 5.0
     name: str = "Oracle"
@@ -68,7 +71,7 @@ class OracleController:
         first = int(now // WINDOW_S)
         last = int((now + self.startup_s + WINDOW_S) // WINDOW_S)
         ahead = self.needed[first : last + 1] or [self.needed[-1]]
-        return max(ahead)
+        return max(n or 1 for n in ahead)
 
     def control(self, fleet: Fleet, now: float) -> None:
         target = self.target(now)
