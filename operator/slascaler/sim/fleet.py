@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from slascaler.model.histogram import Histogram
 from slascaler.model.observation import Observation
 from slascaler.sim.engine import Phase, Replica, Request
 from slascaler.sim.profiles import CostProfile
@@ -155,7 +156,7 @@ class Fleet:
             start_time, earlier = self._snapshots[0]
         elapsed = max(1e-9, self.now - start_time)
 
-        def delta(name: str, scale: float = 1000.0):  # type: ignore[no-untyped-def]
+        def delta(name: str, scale: float = 1000.0) -> Histogram:
             return current.histograms[name].minus(earlier.histograms[name]).to_histogram(scale)
 
         ttft = delta("vllm:time_to_first_token_seconds")

@@ -21,6 +21,7 @@ Read by `sim.engine`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Final
 
 import numpy as np
@@ -38,21 +39,23 @@ class CostProfile:
     decode_step_ms: float = 0.0  # source-demo only: added when a step carries a decode
     frontend_ms: float = 0.0  # tokenization and API overhead added to every request's TTFT
 
-    def __post_init__(self) -> None:
-        xs = np.asarray([x for x, _ in self.token_points], dtype=np.float64)
-        ys = np.asarray([y for _, y in self.token_points], dtype=np.float64)
-        object.__setattr__(self, "_xs", xs)
-        object.__setattr__(self, "_ys", ys)
+    @cached_property
+    def _axes(self) -> tuple[np.ndarray, np.ndarray]:
+        return (
+            np.asarray([x for x, _ in self.token_points], dtype=np.float64),
+            np.asarray([y for _, y in self.token_points], dtype=np.float64),
+        )
 
     def linear_ms(self, tokens: float) -> float:
         """Linear-ops time for `tokens` tokens: interpolated, extrapolated by the last slope."""
-        xs, ys = self._xs, self._ys  # type: ignore[attr-defined]
-        if xs.size == 0 or tokens <= 0:
+        points = self.token_points
+        if not points or tokens <= 0:
             return 0.0
-        if tokens <= xs[-1]:
+        if tokens <= points[-1][0]:
+            xs, ys = self._axes
             return float(np.interp(tokens, xs, ys))
-        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-        return float(ys[-1] + slope * (tokens - xs[-1]))
+        (x0, y0), (x1, y1) = points[-2], points[-1]
+        return y1 + (y1 - y0) / (x1 - x0) * (tokens - x1)
 
     def step_ms(self, prefill_tokens: int, decode_seqs: int, kv_tokens_read: int) -> float:
         """Duration of one step with these prefill tokens, decoding sequences and KV reads."""
