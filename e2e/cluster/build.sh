@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds the local e2e substrate's binaries from the Go module proxy into
+# ~/.cache/slascaler/bin/<versions-hash>/ and prints that directory. Idempotent: a binary
+# already built for the pinned versions is kept. Work in progress for the substrate issue:
+# kube-apiserver, kube-controller-manager, kube-scheduler and kubectl so far.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=versions.env
+source "$here/versions.env"
+cache="${SLASCALER_CACHE:-$HOME/.cache/slascaler}"
+stamp="$(cksum < "$here/versions.env" | cut -d' ' -f1)"
+bin="$cache/bin/$stamp"
+work="$cache/src/kubernetes-$KUBERNETES_VERSION"
+mkdir -p "$bin" "$work"
+
+staging_version="v0.${KUBERNETES_VERSION#v1.}"
+if [ ! -f "$work/go.mod" ]; then
+  (
+    cd "$work"
+    go mod init slascaler.local/substrate >/dev/null 2>&1
+    gomod="$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')"
+    # k8s.io/kubernetes replaces its staging modules with local paths; as a dependency it
+    # needs them replaced by their published versions instead.
+    sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\1#p' "$gomod" | while read -r module; do
+      go mod edit -replace "$module=$module@$staging_version"
+    done
+    go mod edit -require "k8s.io/kubernetes@$KUBERNETES_VERSION"
+  )
+fi
+
+major="${KUBERNETES_VERSION#v}"; major="${major%%.*}"
+minor="${KUBERNETES_VERSION#v*.}"; minor="${minor%%.*}"
+ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ldflags+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
+for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+  if [ ! -x "$bin/$cmd" ]; then
+    (cd "$work" && GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$bin/$cmd" "k8s.io/kubernetes/cmd/$cmd")
+  fi
+done
+echo "$bin"
