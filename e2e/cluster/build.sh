@@ -40,4 +40,37 @@ for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
     (cd "$work" && GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$bin/$cmd" "k8s.io/kubernetes/cmd/$cmd")
   fi
 done
+# The other components are plain modules with a main package: go install at the pin.
+install() {  # install NAME MODULE/PATH@VERSION
+  local name="$1" target="$2" tmp
+  [ -x "$bin/$name" ] && return
+  tmp="$(mktemp -d)"
+  GOBIN="$tmp" go install -trimpath -ldflags "-s -w" "$target"
+  mv "$tmp"/* "$bin/$name"
+  rmdir "$tmp"
+}
+# etcd's server module replaces its sibling modules (../api, ../client/v3, ...) with local
+# paths, so go install refuses it; build it inside a wrapper module that pins each sibling at
+# the same published version instead.
+wrapped() {  # wrapped NAME MODULE VERSION PACKAGE
+  local name="$1" module="$2" version="$3" package="$4" dir gomod
+  [ -x "$bin/$name" ] && return
+  dir="$cache/src/$name-$version"
+  mkdir -p "$dir"
+  if [ ! -f "$dir/go.mod" ]; then
+    (
+      cd "$dir"
+      go mod init "slascaler.local/$name" >/dev/null 2>&1
+      gomod="$(go mod download -json "$module@$version" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')"
+      sed -n 's#^[[:space:]]*\([^[:space:]]*\) => \.\./.*#\1#p' "$gomod" | while read -r sibling; do
+        go mod edit -replace "$sibling=$sibling@$version"
+      done
+      go mod edit -require "$module@$version"
+    )
+  fi
+  (cd "$dir" && GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$bin/$name" "$package")
+}
+wrapped etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/server/v3
+install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+install helm "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
 echo "$bin"
