@@ -73,4 +73,6 @@ wrapped() {  # wrapped NAME MODULE VERSION PACKAGE
 wrapped etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/server/v3
 install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 install helm "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+# Without the builtinassets tag the web UI is not embedded; the HTTP API the tests use is.
+install prometheus "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION"
 echo "$bin"
