@@ -627,8 +627,9 @@ def _scale_in_candidate(
     no_queue = observation.waiting / pods < tunables.no_queue_waiting_per_pod
     if analysis.ttft_over or not (itl_low and no_queue):
         return current
-    # With a calibrated queueing model, the count it needs (with the same margin as a
-    # scale-up, so the two agree); without one, one replica less, and only with TTFT headroom.
+    # With a calibrated queueing model: the count it needs (same margin as a scale-up, so the
+    # two agree), but at most one fewer while TTFT has no headroom. Without a model: one
+    # fewer, and only with TTFT headroom.
     sized = _sized_replicas(draft, observation, analysis, service_rate, tunables.sizing_margin)
     if sized is not None:
         return spec.replicas.clamp(min(sized, current) if ttft_low else max(sized, current - 1))
