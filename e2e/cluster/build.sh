@@ -41,11 +41,11 @@ for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
   fi
 done
 # The other components are plain modules with a main package: go install at the pin.
-install() {  # install NAME MODULE/PATH@VERSION
-  local name="$1" target="$2" tmp
+install() {  # install NAME MODULE/PATH@VERSION [EXTRA-LDFLAGS]
+  local name="$1" target="$2" extra="${3:-}" tmp
   [ -x "$bin/$name" ] && return
   tmp="$(mktemp -d)"
-  GOBIN="$tmp" go install -trimpath -ldflags "-s -w" "$target"
+  GOBIN="$tmp" go install -trimpath -ldflags "-s -w $extra" "$target"
   mv "$tmp"/* "$bin/$name"
   rmdir "$tmp"
 }
@@ -72,7 +72,9 @@ wrapped() {  # wrapped NAME MODULE VERSION PACKAGE
 }
 wrapped etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" go.etcd.io/etcd/server/v3
 install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
-install helm "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+install helm "helm.sh/helm/v4/cmd/helm@$HELM_VERSION" \
+  "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION"
 # Without the builtinassets tag the web UI is not embedded; the HTTP API the tests use is.
-install prometheus "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION"
+install prometheus "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION" \
+  "-X github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION"
 echo "$bin"
