@@ -123,7 +123,7 @@ def _bench(args: argparse.Namespace, out: TextIO) -> int:
         markdown_table,
         run_matrix,
         simulator_speed,
-        trace_scenarios,
+        trace_scenario,
         write_csv,
     )
     from slascaler.sim.workload import TraceError, load_trace
@@ -141,7 +141,7 @@ def _bench(args: argparse.Namespace, out: TextIO) -> int:
         except (TraceError, OSError) as error:
             print(f"slascaler bench: {error}", file=sys.stderr)
             return EXIT_BAD_INPUT
-        scenarios = [trace_scenarios(rows, Path(args.trace).name, 1, args.minutes)]
+        scenarios = [trace_scenario(rows, Path(args.trace).name, 1, args.minutes)]
     else:
         scenarios = default_scenarios(args.minutes)
     if args.scenario:

@@ -58,12 +58,6 @@ class SampleAnalysis:
     component_means_ms: Mapping[Component, float]
     bottleneck_distribution: Mapping[Component, float]
 
-    def percentile_ms(self, percentile: float) -> float:
-        known = {50.0: self.p50_ms, 95.0: self.p95_ms, 99.0: self.p99_ms}
-        if percentile not in known:
-            raise KeyError(f"percentile {percentile} was not computed; use tail_view()")
-        return known[percentile]
-
 
 @dataclass(frozen=True)
 class TailView:

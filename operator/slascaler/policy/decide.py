@@ -446,6 +446,10 @@ def _itl_headroom(draft: _Draft, analysis: RegimeAnalysis) -> bool:
     return analysis.itl_ms <= draft.spec.itl.threshold_ms * draft.tunables.headroom
 
 
+def _ttft_headroom(draft: _Draft, analysis: RegimeAnalysis) -> bool:
+    return analysis.ttft_ms <= draft.spec.ttft.threshold_ms * draft.tunables.headroom
+
+
 def _raise_batch_at_capacity(
     draft: _Draft, observation: Observation, analysis: RegimeAnalysis
 ) -> None:
@@ -563,7 +567,7 @@ def _chunk_target(
 
 def _decode_bound(draft: _Draft, observation: Observation, analysis: RegimeAnalysis) -> int:
     assert draft.spec.itl is not None  # DecodeBound needs an ITL objective
-    ttft_headroom = analysis.ttft_ms <= draft.spec.ttft.threshold_ms * draft.tunables.headroom
+    ttft_headroom = _ttft_headroom(draft, analysis)
     batch_bounds, batch = draft.spec.max_batch_size, draft.max_batch_size
     chunk_bounds, chunk = draft.spec.chunk_size, draft.chunk_size
     if (
@@ -622,8 +626,8 @@ def _scale_in_candidate(
     if analysis.regime is Regime.IDLE:
         return spec.replicas.min
     pods = max(1, observation.reporting_pods)
-    ttft_low = analysis.ttft_ms <= spec.ttft.threshold_ms * tunables.headroom
-    itl_low = spec.itl is None or analysis.itl_ms <= spec.itl.threshold_ms * tunables.headroom
+    ttft_low = _ttft_headroom(draft, analysis)
+    itl_low = _itl_headroom(draft, analysis)
     no_queue = observation.waiting / pods < tunables.no_queue_waiting_per_pod
     if analysis.ttft_over or not (itl_low and no_queue):
         return current

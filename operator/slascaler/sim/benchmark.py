@@ -70,7 +70,7 @@ class Scenario:
         )
 
 
-def trace_scenarios(rows: Sequence[TraceRow], name: str, copies: int, minutes: float) -> Scenario:
+def trace_scenario(rows: Sequence[TraceRow], name: str, copies: int, minutes: float) -> Scenario:
     def workload(seed: int) -> list[Request]:
         return [r for r in replay(rows, copies=copies, seed=seed) if r.arrival < minutes * 60]
 
@@ -89,8 +89,8 @@ def default_scenarios(minutes: float = 30.0) -> list[Scenario]:
 
     very_long_prompts = [r for r in code if r.prompt >= 6000]
     return [
-        trace_scenarios(conversation, "conversation trace ×4", 4, minutes),
-        trace_scenarios(code, "code trace ×8", 8, minutes),
+        trace_scenario(conversation, "conversation trace ×4", 4, minutes),
+        trace_scenario(code, "code trace ×8", 8, minutes),
         Scenario(
             "step load ×4",
             poisson(step_rate(base, 4 * base, duration / 3), 4 * base, conversation),

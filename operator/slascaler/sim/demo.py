@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from slascaler.sim.baselines import QUEUE_TARGET_PER_POD, HPAController
-from slascaler.sim.benchmark import Row, markdown_table, trace_scenarios
+from slascaler.sim.benchmark import Row, markdown_table, trace_scenario
 from slascaler.sim.plots import plot_demo
 from slascaler.sim.run import RunResult, SlascalerController, simulate
 from slascaler.sim.workload import load_trace
@@ -36,7 +36,7 @@ class _Progress:
 def run_demo(
     minutes: float, plot_path: Path | None, out: TextIO, err: TextIO = sys.stderr
 ) -> list[RunResult]:
-    scenario = trace_scenarios(load_trace("conversation"), "conversation trace ×4", 4, minutes)
+    scenario = trace_scenario(load_trace("conversation"), "conversation trace ×4", 4, minutes)
     spec = scenario.spec()
     results: list[RunResult] = []
     for controller in (

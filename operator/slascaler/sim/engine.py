@@ -101,11 +101,9 @@ class Replica:
         """The replica's own event at `now`: becoming ready, or the end of its step run."""
         if self.phase is Phase.STARTING:
             self.phase = Phase.READY
-            self.recorder.set_gauges(now, 0, 0)
-            self._plan(now)
-            return
-        self._finish_step(now)
-        self._plan(now)
+        else:
+            self._finish_step()
+        self._plan(now)  # also brings the gauges up to `now`
 
     def submit(self, request: Request, now: float) -> None:
         request.engine_arrival = now
@@ -190,12 +188,11 @@ class Replica:
         self.step = _Step(now, duration, repeats, chunks, decodes)
         self._update_gauges(now)
 
-    def _finish_step(self, now: float) -> None:
+    def _finish_step(self) -> None:
         step = self.step
         assert step is not None
         self.step = None
-        repeats, duration, record = step.repeats, step.duration, self.recorder
-        end = step.start + duration * repeats
+        repeats, duration, record, end = step.repeats, step.duration, self.recorder, step.end
         for request in step.decodes:
             request.generated += repeats
             request.kv += repeats
@@ -214,8 +211,11 @@ class Replica:
             record.counters["vllm:prompt_tokens_total"] += tokens
             if request.decoding:
                 self._emit_token_after_prefill(request, end)
-        for request in [r for r in self.running if r.generated >= r.output]:
-            self._complete(request, end)
+        done = [r for r in self.running if r.generated >= r.output]
+        if done:
+            self.running = [r for r in self.running if r.generated < r.output]
+            for request in done:
+                self._complete(request, end)
 
     def _emit_token_after_prefill(self, request: Request, now: float) -> None:
         record = self.recorder
@@ -239,7 +239,7 @@ class Replica:
         record.counters["vllm:generation_tokens_total"] += 1
 
     def _complete(self, request: Request, now: float) -> None:
-        self.running.remove(request)
+        """Account a request that left the running batch (the caller removed it)."""
         self.kv_used -= request.kv
         request.kv = 0
         request.done_at = now

@@ -81,7 +81,7 @@ class Fleet:
     def scale(self, replicas: int) -> None:
         """Set the desired number of replicas (as `kubectl scale`)."""
         self.desired = replicas
-        live = [r for r in self.replicas if r.phase in (Phase.STARTING, Phase.READY)]
+        live = self._live()
         if replicas > len(live):
             self._fill()
             self._roll()
@@ -106,17 +106,19 @@ class Fleet:
 
     # -- queries ----------------------------------------------------------------------
 
+    def _live(self) -> list[Replica]:
+        """Replicas that count towards the desired number: starting or ready, not draining."""
+        return [r for r in self.replicas if r.phase in (Phase.STARTING, Phase.READY)]
+
     @property
     def unschedulable(self) -> int:
         """Replicas asked for that no GPU is free for (Pending, Unschedulable)."""
-        live = sum(1 for r in self.replicas if r.phase in (Phase.STARTING, Phase.READY))
-        return max(0, self.desired - live)
+        return max(0, self.desired - len(self._live()))
 
     def _fill(self) -> None:
         """Start replicas up to the desired count, as far as free GPUs allow."""
-        live = sum(1 for r in self.replicas if r.phase in (Phase.STARTING, Phase.READY))
         free = math.inf if self.gpu_limit is None else self.gpu_limit - self.gpus_in_use
-        for _ in range(int(max(0, min(self.desired - live, free)))):
+        for _ in range(int(max(0, min(self.desired - len(self._live()), free)))):
             self._start_replica(ready_now=False)
 
     @property
@@ -221,8 +223,10 @@ class Fleet:
         target.submit(request, self.now)
 
     def _on_ready(self) -> None:
-        while self.backlog and any(r.phase is Phase.READY for r in self.replicas):
-            self._route(self.backlog.popleft())
+        """A replica became ready: it takes the router's backlog, and a rollout may go on."""
+        if any(r.phase is Phase.READY for r in self.replicas):
+            while self.backlog:
+                self._route(self.backlog.popleft())
         self._roll()
 
     # -- lifecycle --------------------------------------------------------------------
@@ -242,13 +246,8 @@ class Fleet:
         return replica
 
     def _outdated(self) -> list[Replica]:
-        return [
-            r
-            for r in self.replicas
-            if (r.max_num_seqs, r.max_num_batched_tokens)
-            != (self.settings.max_num_seqs, self.settings.max_num_batched_tokens)
-            and r.phase in (Phase.STARTING, Phase.READY)
-        ]
+        wanted = (self.settings.max_num_seqs, self.settings.max_num_batched_tokens)
+        return [r for r in self._live() if (r.max_num_seqs, r.max_num_batched_tokens) != wanted]
 
     def _roll(self) -> None:
         """One round of a rolling update: drain old replicas while enough stay available,
@@ -256,16 +255,15 @@ class Fleet:
         outdated = self._outdated()
         if not outdated:
             return
-        current = [r for r in self.replicas if r.phase in (Phase.STARTING, Phase.READY)]
-        current = [r for r in current if r not in outdated]
+        current = [r for r in self._live() if r not in outdated]
         surge = max(1, math.ceil(self.desired * 0.25))
         floor_available = self.desired - math.floor(self.desired * 0.25)
         for replica in sorted(outdated, key=lambda r: r.phase is Phase.READY):
             ready = sum(1 for r in (*current, *outdated) if r.phase is Phase.READY)
             after = ready - (replica.phase is Phase.READY)
-            if after < floor_available and len(current) + len(outdated) <= self.desired:
-                break
-            if after < floor_available and replica.phase is Phase.READY:
+            # Keep availability: drain below the floor only a starting replica of a surplus.
+            surplus = len(current) + len(outdated) > self.desired
+            if after < floor_available and (replica.phase is Phase.READY or not surplus):
                 break
             replica.drain(self.now)
             outdated.remove(replica)

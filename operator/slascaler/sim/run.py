@@ -78,7 +78,6 @@ class Sample:
     gpus: int
     ready: int
     desired: int
-    ttft_p95_ms: float  # of the last minute's first tokens (fleet histogram)
     regime: str
 
 
@@ -162,7 +161,6 @@ def simulate(
             controller.control(fleet, now)
             changes += fleet.desired != before
             next_control += controller.period_s
-        recent = fleet.observation(60.0).ttft
         last = getattr(controller, "last", None)
         regime = last.regime if isinstance(last, Decision) else Regime.UNKNOWN
         timeline.append(
@@ -171,7 +169,6 @@ def simulate(
                 fleet.gpus_in_use,
                 fleet.ready_replicas,
                 fleet.desired,
-                recent.quantile(percentile / 100) if recent is not None else math.nan,
                 str(regime),
             )
         )
