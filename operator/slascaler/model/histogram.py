@@ -155,6 +155,18 @@ class Histogram:
             count=self.count,
         )
 
+    def shifted(self, offset: float) -> Histogram:
+        """Every value moved by `offset` (bounds clamped at 0): an engine's missing series
+        approximated from another, e.g. TTFT ≈ queue time + mean prefill time."""
+        return Histogram(
+            upper_bounds=tuple(
+                max(0.0, b + offset) if math.isfinite(b) else b for b in self.upper_bounds
+            ),
+            cumulative_counts=self.cumulative_counts,
+            sum=max(0.0, self.sum + offset * self.count),
+            count=self.count,
+        )
+
     def __add__(self, other: Histogram) -> Histogram:
         """Sum of two histograms with the same bounds (as `sum by (le)` does)."""
         if self.upper_bounds != other.upper_bounds:

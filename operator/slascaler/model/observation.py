@@ -4,7 +4,8 @@ An `Observation` is the only input the model and the policy take from the outsid
 latency histogram is the increase over the window, summed over the target's pods, in
 milliseconds; gauges are window averages summed over pods. A source that could not read
 something leaves the field `None` and says why in `problems`, so that the policy can hold
-and tell the user, instead of acting on a guess.
+and tell the user, instead of acting on a guess; a source that could not be reached at all
+says so in `source_error`.
 
 Built by the metric sources (Prometheus, simulator); read by `model.regime` and `policy`.
 """
@@ -34,6 +35,10 @@ class Observation:
     reporting_pods: int = 0  # pods that exported engine metrics in the window
     waiting_now: float = math.nan  # requests waiting at the end of the window (instant gauge)
     problems: tuple[str, ...] = field(default=())
+    # The source could not be asked at all (unreachable, timed out): the reason, for the user.
+    source_error: str | None = None
+    # Series the engine does not export, approximated from others (said in the status).
+    derived: tuple[str, ...] = field(default=())
 
     def missing_inputs(self, need_itl: bool) -> tuple[str, ...]:
         """Human-readable list of what the decision needs and this observation lacks."""

@@ -238,6 +238,15 @@ def _data_usable(draft: _Draft, observation: Observation | None) -> bool:
             "MetricsAvailable", Status.FALSE, "NoObservation", "HoldMetricsUnavailable", message
         )
         return False
+    if observation.source_error is not None:
+        draft.flag(
+            "MetricsAvailable",
+            Status.FALSE,
+            "SourceUnavailable",
+            "HoldMetricsUnavailable",
+            f"holding: {observation.source_error}",
+        )
+        return False
     age = draft.now - observation.observed_at
     if age > draft.tunables.max_observation_age_s:
         message = (

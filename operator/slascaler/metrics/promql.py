@@ -1,0 +1,125 @@
+"""Every PromQL query slascaler sends, built in one place with every label value escaped.
+
+A query selects the target Deployment's pods in the InferenceSLA's own namespace: the
+namespace comes from the object's metadata (never from its spec), and the pod matcher is the
+Deployment's pod-name pattern `<name>-<template hash>-<suffix>` with the name escaped both as
+a regular expression (RE2) and as a PromQL string. Whatever a user writes in an InferenceSLA
+ends up inside a string literal, so it can neither widen the selector to another namespace nor
+add PromQL of its own.
+
+The label names (`namespace`, `pod` by default) are the operator's settings, checked against
+Prometheus's label-name grammar when the settings are read.
+
+Pure (no I/O). Called by `metrics.prometheus`; the tests check the escaping against a real
+Prometheus.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from slascaler.engines import EngineFlavour
+
+LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+# Characters RE2 treats as syntax; everything else matches itself.
+_RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+
+
+def escape_string(value: str) -> str:
+    """The contents of a double-quoted PromQL string literal that equals `value`."""
+    out: list[str] = []
+    for char in value:
+        if char == "\\":
+            out.append("\\\\")
+        elif char == '"':
+            out.append('\\"')
+        elif char == "\n":
+            out.append("\\n")
+        elif char == "\r":
+            out.append("\\r")
+        elif char == "\t":
+            out.append("\\t")
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\x{ord(char):02x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def escape_regex(value: str) -> str:
+    """An RE2 pattern that matches `value` literally."""
+    return "".join("\\" + c if c in _RE2_SPECIAL else c for c in value)
+
+
+def duration(seconds: float) -> str:
+    """A PromQL duration for a window (whole milliseconds, at least 1 ms)."""
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+@dataclass(frozen=True)
+class PodSelector:
+    """The series of one Deployment's pods in one namespace."""
+
+    namespace: str
+    deployment: str
+    namespace_label: str = "namespace"
+    pod_label: str = "pod"
+
+    def __post_init__(self) -> None:
+        for label in (self.namespace_label, self.pod_label):
+            if not LABEL_NAME.match(label):
+                raise ValueError(f"{label!r} is not a Prometheus label name")
+
+    def matchers(self, extra: str = "") -> str:
+        pods = f"^{escape_regex(self.deployment)}-[a-z0-9]+-[a-z0-9]+$"
+        parts = [
+            f'{self.namespace_label}="{escape_string(self.namespace)}"',
+            f'{self.pod_label}=~"{escape_string(pods)}"',
+        ]
+        if extra:
+            parts.append(extra)
+        return "{" + ",".join(parts) + "}"
+
+
+@dataclass(frozen=True)
+class HistogramQueries:
+    """The three queries that rebuild one histogram's increase over a window."""
+
+    buckets: str
+    sum: str
+    count: str
+
+
+def histogram_queries(
+    metric: str, selector: PodSelector, window_s: float, extra: str = ""
+) -> HistogramQueries:
+    """Increase over the window, summed over the selected pods (by bucket for `_bucket`)."""
+    match, window = selector.matchers(extra), duration(window_s)
+    return HistogramQueries(
+        buckets=f"sum by (le) (increase({metric}_bucket{match}[{window}]))",
+        sum=f"sum(increase({metric}_sum{match}[{window}]))",
+        count=f"sum(increase({metric}_count{match}[{window}]))",
+    )
+
+
+@dataclass(frozen=True)
+class GaugeQueries:
+    """Queries of the engine's waiting/running gauges and of the pods reporting them."""
+
+    waiting_average: str
+    running_average: str
+    waiting_now: str
+    reporting_pods: str
+    newest_sample: str
+
+
+def gauge_queries(flavour: EngineFlavour, selector: PodSelector, window_s: float) -> GaugeQueries:
+    match, window = selector.matchers(), duration(window_s)
+    return GaugeQueries(
+        waiting_average=f"sum(avg_over_time({flavour.waiting}{match}[{window}]))",
+        running_average=f"sum(avg_over_time({flavour.running}{match}[{window}]))",
+        waiting_now=f"sum({flavour.waiting}{match})",
+        reporting_pods=f"count({flavour.running}{match})",
+        newest_sample=f"max(timestamp({flavour.running}{match}))",
+    )

@@ -1,0 +1,193 @@
+"""The InferenceSLA's status as data: built from a decision, and the policy memory kept in it.
+
+`build_status` turns one evaluation (the decision, the fleet it was made on, the observation)
+into the `status` object the CRD describes: regime, observed figures, recommendation,
+conditions (a condition's `lastTransitionTime` only moves when its status does) and the policy
+memory. `memory_to_status` / `memory_from_status` round-trip `PolicyMemory` through JSON; a
+memory that cannot be read (edited by hand, an older format) gives a fresh memory and a note,
+never an exception, so a restarted operator resumes where it stopped and never crashes on it.
+
+Pure (no I/O, times are arguments). Called by `reconcile`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from slascaler.model.observation import Observation
+from slascaler.policy import Condition, Decision, FleetState, PolicyMemory
+from slascaler.policy.decision import Status
+from slascaler.policy.state import Recommendation
+from slascaler.spec import SLASpec
+
+MEMORY_FORMAT = 1
+
+
+def timestamp(epoch_s: float) -> str:
+    """RFC 3339 UTC with seconds, as Kubernetes writes times."""
+    return dt.datetime.fromtimestamp(epoch_s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _finite(value: float, digits: int = 1) -> float | None:
+    return round(value, digits) if math.isfinite(value) else None
+
+
+def memory_to_status(memory: PolicyMemory) -> dict[str, Any]:
+    return {
+        "format": MEMORY_FORMAT,
+        "lastScaleUpAt": memory.last_scale_up_at,
+        "lastScaleDownAt": memory.last_scale_down_at,
+        "lastKnobChangeAt": memory.last_knob_change_at,
+        "firstSeenAt": memory.first_seen_at,
+        "serviceRate": memory.service_rate,
+        "recommendations": [[r.at, r.replicas] for r in memory.recommendations],
+        "batchPoints": [list(p) for p in memory.batch_points],
+    }
+
+
+def _optional_time(raw: Mapping[str, Any], key: str) -> float | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{key} is {value!r}")
+    return float(value)
+
+
+def _pairs(raw: object, key: str) -> list[tuple[float, float]]:
+    if not isinstance(raw, Sequence):
+        raise ValueError(f"{key} is not a list")
+    pairs = []
+    for item in raw:
+        if not (isinstance(item, Sequence) and len(item) == 2):
+            raise ValueError(f"{key} holds {item!r}")
+        a, b = float(item[0]), float(item[1])
+        if not (math.isfinite(a) and math.isfinite(b)):
+            raise ValueError(f"{key} holds a non-finite number")
+        pairs.append((a, b))
+    return pairs
+
+
+def memory_from_status(raw: object) -> tuple[PolicyMemory, str | None]:
+    """The memory kept in status, or a fresh one and why the kept one was not usable."""
+    if raw is None or raw == {}:
+        return PolicyMemory(), None
+    try:
+        if not isinstance(raw, Mapping):
+            raise ValueError("not an object")
+        if raw.get("format") != MEMORY_FORMAT:
+            raise ValueError(f"format {raw.get('format')!r}, expected {MEMORY_FORMAT}")
+        rate = _optional_time(raw, "serviceRate")
+        return (
+            PolicyMemory(
+                last_scale_up_at=_optional_time(raw, "lastScaleUpAt"),
+                last_scale_down_at=_optional_time(raw, "lastScaleDownAt"),
+                last_knob_change_at=_optional_time(raw, "lastKnobChangeAt"),
+                first_seen_at=_optional_time(raw, "firstSeenAt"),
+                service_rate=rate if rate is not None and rate > 0 else None,
+                recommendations=tuple(
+                    Recommendation(at, int(n))
+                    for at, n in _pairs(raw.get("recommendations", []), "recommendations")
+                ),
+                batch_points=tuple(_pairs(raw.get("batchPoints", []), "batchPoints")),
+            ),
+            None,
+        )
+    except (ValueError, TypeError) as error:
+        return PolicyMemory(), f"status.memory was not usable ({error}); starting afresh"
+
+
+def merge_conditions(
+    previous: object, current: Sequence[Condition], now: float, generation: int
+) -> list[dict[str, Any]]:
+    """Conditions for the status; a condition keeps its transition time while unchanged."""
+    before: dict[str, Mapping[str, Any]] = {}
+    if isinstance(previous, Sequence):
+        for item in previous:
+            if isinstance(item, Mapping) and isinstance(item.get("type"), str):
+                before[item["type"]] = item
+    out = []
+    for condition in current:
+        old = before.get(condition.type)
+        changed = old is None or old.get("status") != str(condition.status)
+        out.append(
+            {
+                "type": condition.type,
+                "status": str(condition.status),
+                "reason": condition.reason,
+                "message": condition.message,
+                "lastTransitionTime": timestamp(now)
+                if changed or not isinstance(old, Mapping) or "lastTransitionTime" not in old
+                else old["lastTransitionTime"],
+                "observedGeneration": generation,
+            }
+        )
+    return out
+
+
+def ttft_summary(decision: Decision, spec: SLASpec) -> str:
+    analysis = decision.analysis
+    p = f"p{spec.ttft.percentile:g}"
+    if analysis is None or not math.isfinite(analysis.ttft_ms):
+        return f"{p} - / {spec.ttft.threshold_ms:g}ms"
+    return f"{p} {analysis.ttft_ms:.0f}ms / {spec.ttft.threshold_ms:g}ms"
+
+
+def observed(
+    decision: Decision, observation: Observation | None, spec: SLASpec
+) -> dict[str, Any]:
+    if observation is None:
+        return {}
+    out: dict[str, Any] = {"window": f"{observation.window_s:g}s"}
+    analysis = decision.analysis
+    if analysis is not None:
+        quantiles = {k: _finite(v) for k, v in analysis.ttft_quantiles_ms.items()}
+        quantiles[f"p{spec.ttft.percentile:g}"] = _finite(analysis.ttft_ms)
+        out.update(
+            requests=_finite(analysis.requests),
+            ttftMs={k: v for k, v in quantiles.items() if v is not None},
+            withoutQueueMs=_finite(analysis.without_queue_ms),
+            itlMs=_finite(analysis.itl_ms),
+            queueShare=_finite(analysis.queue_share, 3),
+            componentMeansMs={
+                k: v
+                for k, v in ((k, _finite(v)) for k, v in analysis.component_means_ms.items())
+                if v is not None
+            },
+        )
+    out.update(
+        requestRate=_finite(observation.request_rate, 3),
+        waiting=_finite(observation.waiting, 2),
+        running=_finite(observation.running, 2),
+        pods=observation.reporting_pods,
+    )
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def recommendation(decision: Decision) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "replicas": decision.replicas,
+        "reasonCode": decision.reason_code,
+        "reason": decision.reason,
+    }
+    if decision.max_batch_size is not None:
+        out["maxBatchSize"] = decision.max_batch_size
+    if decision.chunk_size is not None:
+        out["chunkSize"] = decision.chunk_size
+    return out
+
+
+def engine_flags(fleet: FleetState) -> dict[str, int]:
+    flags = {}
+    if fleet.max_batch_size is not None:
+        flags["maxBatchSize"] = fleet.max_batch_size
+    if fleet.chunk_size is not None:
+        flags["chunkSize"] = fleet.chunk_size
+    return flags
+
+
+def condition(type_: str, status: Status, reason: str, message: str) -> Condition:
+    return Condition(type_, status, reason, message)
