@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: venv test lint typecheck unit analyze demo bench clean
+.PHONY: venv test lint typecheck unit e2e substrate cluster-up cluster-down analyze demo bench clean
 
 venv: $(STAMP)
 
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 ## lint: import contract (pure core does no I/O), ruff
 lint: $(STAMP)
 	$(BIN)/lint-imports
-	$(BIN)/ruff check operator tests
+	$(BIN)/ruff check operator tests e2e conftest.py
 
 ## typecheck: mypy --strict over the whole package
 typecheck: $(STAMP)
@@ -32,8 +32,23 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest
 
+## substrate: build (first time: about 20 minutes on 2 cores) or find the e2e binaries
+substrate:
+	bash e2e/cluster/build.sh
+
+## e2e: the e2e suite on a local control plane and Prometheus (or --kubeconfig, see e2e/kind)
+e2e: $(STAMP) substrate
+	$(BIN)/pytest --e2e e2e/tests $(E2E_ARGS)
+
+## cluster-up / cluster-down: the local control plane by hand (prints the KUBECONFIG)
+cluster-up: $(STAMP) substrate
+	$(BIN)/python -m e2e.cluster up
+
+cluster-down: $(STAMP)
+	$(BIN)/python -m e2e.cluster down
+
 ## test: everything CI runs
-test: lint typecheck unit
+test: lint typecheck unit e2e
 
 ## demo: the main job: the Azure conversation trace through a simulated fleet, slascaler vs HPA
 demo: $(STAMP)

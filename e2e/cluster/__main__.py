@@ -85,7 +85,9 @@ def status(args: argparse.Namespace) -> int:
     if dead:
         print(f"cluster {args.name} is broken: {', '.join(dead)} not running")
         return 1
-    print(f"cluster {args.name} is up at {state['server']}: export KUBECONFIG={state['kubeconfig']}")
+    print(
+        f"cluster {args.name} is up at {state['server']}: export KUBECONFIG={state['kubeconfig']}"
+    )
     return 0
 
 

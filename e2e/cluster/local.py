@@ -164,7 +164,8 @@ class LocalCluster:
                 "--anonymous-auth=false",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--allow-privileged=true",
-                "--endpoint-reconciler-type=none",  # loopback cannot be the kubernetes Service's endpoint
+                # The kubernetes Service's endpoint may not be a loopback address.
+                "--endpoint-reconciler-type=none",
                 "--profiling=false",
                 "--v=1",
             ],
@@ -326,6 +327,8 @@ class LocalCluster:
 
     def down(self) -> None:
         for name in reversed(list(self.services)):
-            self.services[name].stop()
+            # A throwaway cluster: no graceful drain of watches (the API server would wait
+            # for up to a minute), nothing in etcd worth keeping.
+            self.services[name].stop(grace=2.0)
         self.services.clear()
         shutil.rmtree(self.directory, ignore_errors=True)

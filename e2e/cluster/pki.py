@@ -58,7 +58,9 @@ def _name(common_name: str, organization: str | None = None) -> x509.Name:
     return x509.Name(parts)
 
 
-def _builder(subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey) -> x509.CertificateBuilder:
+def _builder(
+    subject: x509.Name, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey
+) -> x509.CertificateBuilder:
     now = dt.datetime.now(dt.UTC)
     return (
         x509.CertificateBuilder()
@@ -92,7 +94,9 @@ def make_pki(directory: Path) -> Pki:
     ca_path = directory / "ca.crt"
     ca_path.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
 
-    def issue(stem: str, subject: x509.Name, usage: x509.ObjectIdentifier, sans: list[x509.GeneralName]) -> tuple[Path, Path]:
+    def issue(
+        stem: str, subject: x509.Name, usage: x509.ObjectIdentifier, sans: list[x509.GeneralName]
+    ) -> tuple[Path, Path]:
         key = ec.generate_private_key(ec.SECP256R1())
         builder = _builder(subject, ca_name, key.public_key()).add_extension(
             x509.ExtendedKeyUsage([usage]), critical=False

@@ -10,6 +10,7 @@ Used by `e2e.cluster.local`, `e2e.cluster.prometheus` and the e2e fixtures.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -61,7 +62,7 @@ def poll(
             last = result
         except Fatal:
             raise
-        except Exception as error:  # noqa: BLE001 - reported below if it persists
+        except Exception as error:
             last = error
         if time.monotonic() >= deadline:
             detail = describe() if describe is not None else f"last result: {last!r}"
@@ -113,10 +114,8 @@ class Service:
             return
         if self.process.poll() is None:
             stop_group(self.process.pid, grace, sig)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=grace + 5)
-            except subprocess.TimeoutExpired:
-                pass
         self.process = None
 
     def kill(self) -> None:

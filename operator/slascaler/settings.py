@@ -19,10 +19,10 @@ from slascaler.metrics.promql import LABEL_NAME
 from slascaler.spec import SpecError, parse_duration
 
 VARIABLES: Mapping[str, str] = {
-    "SLASCALER_PROMETHEUS_URL": "Prometheus base URL (required), e.g. http://prometheus.monitoring:9090",
+    "SLASCALER_PROMETHEUS_URL": "Prometheus base URL (required), e.g. http://prometheus:9090",
     "SLASCALER_PROMETHEUS_TIMEOUT": "per-query timeout, a duration (default 5s)",
-    "SLASCALER_PROMETHEUS_RETRIES": "retries of a failed query, with exponential backoff (default 2)",
-    "SLASCALER_PROMETHEUS_BEARER_TOKEN_FILE": "file holding a bearer token for Prometheus (optional)",
+    "SLASCALER_PROMETHEUS_RETRIES": "retries of a failed query, with backoff (default 2)",
+    "SLASCALER_PROMETHEUS_BEARER_TOKEN_FILE": "file with a bearer token for Prometheus (optional)",
     "SLASCALER_PROMETHEUS_INSECURE_SKIP_VERIFY": "true to skip TLS verification (default false)",
     "SLASCALER_NAMESPACE_LABEL": "Prometheus label holding the pod's namespace (default namespace)",
     "SLASCALER_POD_LABEL": "Prometheus label holding the pod's name (default pod)",
@@ -114,7 +114,9 @@ class Settings:
                 raise SettingsError(name, f"{value!r} is not a Prometheus label name")
             return value
 
-        namespaces = tuple(n.strip() for n in text("SLASCALER_WATCH_NAMESPACES").split(",") if n.strip())
+        namespaces = tuple(
+            n.strip() for n in text("SLASCALER_WATCH_NAMESPACES").split(",") if n.strip()
+        )
         for namespace in namespaces:
             if not _NAMESPACE.match(namespace):
                 raise SettingsError(
@@ -127,7 +129,9 @@ class Settings:
             )
         level = (text("SLASCALER_LOG_LEVEL", "INFO") or "INFO").upper()
         if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-            raise SettingsError("SLASCALER_LOG_LEVEL", f"{level!r} is not DEBUG, INFO, WARNING or ERROR")
+            raise SettingsError(
+                "SLASCALER_LOG_LEVEL", f"{level!r} is not DEBUG, INFO, WARNING or ERROR"
+            )
         interval = duration("SLASCALER_RECONCILE_INTERVAL", "15s")
         if interval < 1:
             raise SettingsError("SLASCALER_RECONCILE_INTERVAL", "must be at least 1s")

@@ -21,6 +21,7 @@ from typing import cast
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h))+$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+WINDOW_MIN_S, WINDOW_MAX_S = 10.0, 3600.0  # as the CRD's CEL rule on spec.window
 
 
 class SpecError(ValueError):
@@ -76,6 +77,7 @@ class TargetRef:
     name: str
     kind: str = "Deployment"
     api_version: str = "apps/v1"
+    container: str | None = None  # the engine's container; None: the first one
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,9 @@ def parse_spec(raw: Mapping[str, object]) -> SLASpec:
     name = target.get("name")
     if not isinstance(name, str) or not name:
         raise SpecError("targetRef.name", "name the Deployment to hold the SLA for")
+    container = target.get("container")
+    if container is not None and (not isinstance(container, str) or not container):
+        raise SpecError("targetRef.container", "name the engine's container, or leave it out")
     kind = target.get("kind", "Deployment")
     if kind != "Deployment":
         raise SpecError("targetRef.kind", f"only Deployment is supported, got {kind!r}")
@@ -176,6 +181,8 @@ def parse_spec(raw: Mapping[str, object]) -> SLASpec:
     ttft = _objective(objectives["ttft"], "objectives.ttft")
     itl = _objective(objectives["itl"], "objectives.itl") if "itl" in objectives else None
     window_s = parse_duration(cast(str, raw.get("window", "2m")), "window")
+    if not WINDOW_MIN_S <= window_s <= WINDOW_MAX_S:
+        raise SpecError("window", "must be a duration between 10s and 1h, e.g. 2m")
     replicas = _bounds(raw.get("replicas", {"min": 1, "max": 16}), "replicas", lowest=1)
     knobs = _mapping(raw.get("knobs"), "knobs")
     max_batch = (
@@ -204,7 +211,10 @@ def parse_spec(raw: Mapping[str, object]) -> SLASpec:
         raise SpecError("mode", f"{mode_text!r} is not one of Auto, Recommend") from None
     return SLASpec(
         target=TargetRef(
-            name=name, kind="Deployment", api_version=str(target.get("apiVersion", "apps/v1"))
+            name=name,
+            kind="Deployment",
+            api_version=str(target.get("apiVersion", "apps/v1")),
+            container=cast(str | None, container),
         ),
         engine=engine,
         ttft=ttft,

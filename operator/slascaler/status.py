@@ -136,9 +136,7 @@ def ttft_summary(decision: Decision, spec: SLASpec) -> str:
     return f"{p} {analysis.ttft_ms:.0f}ms / {spec.ttft.threshold_ms:g}ms"
 
 
-def observed(
-    decision: Decision, observation: Observation | None, spec: SLASpec
-) -> dict[str, Any]:
+def observed(decision: Decision, observation: Observation | None, spec: SLASpec) -> dict[str, Any]:
     if observation is None:
         return {}
     out: dict[str, Any] = {"window": f"{observation.window_s:g}s"}

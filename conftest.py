@@ -1,0 +1,35 @@
+"""pytest options for the whole tree: e2e tests are opt-in.
+
+`pytest` runs the unit, property and simulator tests only; `pytest --e2e` also runs the tests
+under `e2e/tests/`, which start (or reuse, with `--kubeconfig`) a control plane and
+Prometheus. Every test under `e2e/` is marked `e2e` automatically.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+E2E_DIR = Path(__file__).parent / "e2e"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("slascaler e2e")
+    group.addoption(
+        "--e2e", action="store_true", help="run the e2e tests (builds the substrate if needed)"
+    )
+    group.addoption(
+        "--kubeconfig",
+        default=None,
+        help="run the e2e tests against this existing cluster (e.g. kind) instead of a local one",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip = pytest.mark.skip(reason="e2e test: run with --e2e")
+    for item in items:
+        if E2E_DIR in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.e2e)
+            if not config.getoption("--e2e"):
+                item.add_marker(skip)

@@ -1,0 +1,153 @@
+"""Fixtures of the e2e suite: the cluster, Prometheus, a namespace per test, log tails on failure.
+
+- `substrate` (session): the binaries (built or reused), and a local control plane — or the
+  cluster named by `--kubeconfig` (e.g. kind with KWOK GPU nodes, see e2e/kind/README.md).
+- `prometheus` (session): a real Prometheus whose targets a test sets (file discovery).
+- `namespace` (per test): a fresh namespace labelled `slascaler.io/e2e=true`, deleted after.
+- A failing test gets the tails of every substrate log (and of logs its fixtures registered
+  with `logs.register`) in its report.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from e2e.cluster.binaries import ensure_binaries
+from e2e.cluster.local import LocalCluster
+from e2e.cluster.processes import poll
+from e2e.cluster.prometheus import PrometheusServer
+from e2e.kube import Kube
+
+
+class LogRegistry:
+    """Log sources whose tails a failing test prints."""
+
+    def __init__(self) -> None:
+        self.sources: dict[str, Callable[[], str]] = {}
+
+    def register(self, name: str, tail: Callable[[], str]) -> None:
+        self.sources[name] = tail
+
+    def unregister(self, name: str) -> None:
+        self.sources.pop(name, None)
+
+    def dump(self) -> str:
+        parts = []
+        for name, tail in list(self.sources.items()):
+            try:
+                parts.append(f"--- {name} ---\n{tail()}")
+            except Exception as error:
+                parts.append(f"--- {name} --- (unreadable: {error})")
+        return "\n".join(parts)
+
+
+LOGS = LogRegistry()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed and call.when in ("setup", "call") and LOGS.sources:
+        report.sections.append(("substrate logs (tails)", LOGS.dump()))
+
+
+@pytest.fixture(scope="session")
+def logs() -> LogRegistry:
+    return LOGS
+
+
+@dataclass
+class Substrate:
+    bin_dir: Path
+    kubeconfig: Path
+    admin: Kube
+    cluster: LocalCluster | None  # None when running against an existing cluster
+    start_seconds: float
+    workdir: Path
+
+
+@pytest.fixture(scope="session")
+def substrate(request: pytest.FixtureRequest) -> Iterator[Substrate]:
+    bin_dir = ensure_binaries()
+    workdir = Path(tempfile.mkdtemp(prefix="slascaler-e2e-"))
+    existing = request.config.getoption("--kubeconfig")
+    cluster = None
+    started = time.monotonic()
+    if existing:
+        kubeconfig = Path(existing).resolve()
+    else:
+        cluster = LocalCluster(bin_dir, workdir / "cluster")
+        for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
+            LOGS.register(
+                name,
+                lambda name=name: (
+                    cluster.services[name].tail(12) if name in cluster.services else ""
+                ),
+            )
+        try:
+            cluster.up()
+        except BaseException:
+            cluster.down()
+            raise
+        kubeconfig = cluster.kubeconfig
+    elapsed = time.monotonic() - started
+    (Path(tempfile.gettempdir()) / "slascaler-e2e-last-start.txt").write_text(
+        f"{elapsed:.1f}\n", encoding="utf-8"
+    )
+    try:
+        yield Substrate(bin_dir, kubeconfig, Kube(kubeconfig, bin_dir), cluster, elapsed, workdir)
+    finally:
+        if cluster is not None:
+            cluster.down()
+        import shutil
+
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    marker = Path(tempfile.gettempdir()) / "slascaler-e2e-last-start.txt"
+    if marker.exists():
+        seconds = marker.read_text(encoding="utf-8").strip()
+        terminalreporter.write_line(f"e2e substrate: control plane up in {seconds} s")
+        marker.unlink()
+
+
+@pytest.fixture(scope="session")
+def kube(substrate: Substrate) -> Kube:
+    return substrate.admin
+
+
+@pytest.fixture(scope="session")
+def prometheus(substrate: Substrate) -> Iterator[PrometheusServer]:
+    server = PrometheusServer(substrate.bin_dir / "prometheus", substrate.workdir / "prometheus")
+    LOGS.register("prometheus", lambda: server.service.tail(10) if server.service else "")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.fixture
+def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
+    base = request.node.name.split("[")[0].removeprefix("test_").replace("_", "-")[:40]
+    name = f"{base}-{secrets.token_hex(3)}".strip("-")
+    kube.core.create_namespace({"metadata": {"name": name, "labels": {"slascaler.io/e2e": "true"}}})
+    poll(
+        lambda: kube.core.read_namespaced_service_account("default", name),
+        timeout=30,
+        what=f"the default ServiceAccount in {name}",
+    )
+    try:
+        yield name
+    finally:
+        if not os.environ.get("SLASCALER_E2E_KEEP"):
+            kube.core.delete_namespace(name)
