@@ -1,7 +1,7 @@
 """A real Prometheus server on 127.0.0.1 whose scrape targets the tests set.
 
-Targets come from file-based service discovery: `set_targets(job, targets)` rewrites the
-job's JSON file (atomically), and Prometheus picks it up within its refresh interval. Each
+Targets come from file-based service discovery: `set_targets(job, targets, key)` rewrites one
+of the job's JSON files (atomically), and Prometheus picks it up within its refresh interval. Each
 target carries its own labels, e.g. `namespace` and `pod` as a Kubernetes service discovery
 would attach them, and `__metrics_path__` to scrape one simulated pod's endpoint. Scrapes run
 every `scrape_interval_s` so that short e2e windows still hold many samples.
@@ -47,8 +47,8 @@ class PrometheusServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def _targets_file(self, job: str) -> Path:
-        return self.directory / "targets" / f"{job}.json"
+    def _targets_file(self, job: str, key: str = "") -> Path:
+        return self.directory / "targets" / (f"{job}--{key}.json" if key else f"{job}.json")
 
     def _write_config(self) -> Path:
         interval = f"{round(self.scrape_interval_s * 1000)}ms"
@@ -60,7 +60,10 @@ class PrometheusServer:
                     "scrape_interval": interval,
                     "scrape_timeout": interval,
                     "file_sd_configs": [
-                        {"files": [str(self._targets_file(job))], "refresh_interval": "1s"}
+                        {
+                            "files": [str(self.directory / "targets" / f"{job}*.json")],
+                            "refresh_interval": "1s",
+                        }
                     ],
                 }
                 for job in JOBS
@@ -111,9 +114,10 @@ class PrometheusServer:
         except OSError:
             return False
 
-    def set_targets(self, job: str, targets: Sequence[Target]) -> None:
+    def set_targets(self, job: str, targets: Sequence[Target], key: str = "") -> None:
+        """The targets of `job` (of its `key` part: several writers can share one job)."""
         groups = [{"targets": [t.address], "labels": dict(t.labels)} for t in targets]
-        path = self._targets_file(job)
+        path = self._targets_file(job, key)
         staging = path.with_suffix(".tmp")
         staging.write_text(json.dumps(groups), encoding="utf-8")
         os.replace(staging, path)

@@ -75,8 +75,13 @@ class Substrate:
 
 
 @pytest.fixture(scope="session")
-def substrate(request: pytest.FixtureRequest) -> Iterator[Substrate]:
-    bin_dir = ensure_binaries()
+def binaries() -> Path:
+    return ensure_binaries()
+
+
+@pytest.fixture(scope="session")
+def substrate(request: pytest.FixtureRequest, binaries: Path) -> Iterator[Substrate]:
+    bin_dir = binaries
     workdir = Path(tempfile.mkdtemp(prefix="slascaler-e2e-"))
     existing = request.config.getoption("--kubeconfig")
     cluster = None
@@ -126,8 +131,10 @@ def kube(substrate: Substrate) -> Kube:
 
 
 @pytest.fixture(scope="session")
-def prometheus(substrate: Substrate) -> Iterator[PrometheusServer]:
-    server = PrometheusServer(substrate.bin_dir / "prometheus", substrate.workdir / "prometheus")
+def prometheus(
+    binaries: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PrometheusServer]:
+    server = PrometheusServer(binaries / "prometheus", tmp_path_factory.mktemp("prometheus"))
     LOGS.register("prometheus", lambda: server.service.tail(10) if server.service else "")
     server.start()
     try:

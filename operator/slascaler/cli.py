@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -165,6 +166,20 @@ def _bench(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    from slascaler.settings import Settings, SettingsError
+
+    try:
+        settings = Settings.from_env(os.environ)
+    except SettingsError as error:
+        print(f"slascaler run: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from slascaler.wiring import run
+
+    run(settings)
+    return 0
+
+
 def _percentile(text: str) -> float:
     value = float(text)
     if not 0 < value < 100:
@@ -229,7 +244,22 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", default="out/bench", help="directory for bench.csv and bench.md")
     bench.add_argument("--speed", action="store_true", help="only measure the simulator's speed")
     bench.set_defaults(run=_bench)
+
+    operator = commands.add_parser(
+        "run",
+        help="run the operator (settings from SLASCALER_* environment variables)",
+        description="Run the slascaler operator against the cluster of the in-cluster "
+        "service account or of the kubeconfig (KUBECONFIG). Settings: "
+        + "; ".join(f"{name}: {text}" for name, text in _variables().items()),
+    )
+    operator.set_defaults(run=_run)
     return parser
+
+
+def _variables() -> dict[str, str]:
+    from slascaler.settings import VARIABLES
+
+    return dict(VARIABLES)
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from slascaler.engines import ENGINES
 from slascaler.kube.actuation import TargetChanged, patch_status, post_event, scale, set_flags

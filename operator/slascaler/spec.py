@@ -214,7 +214,7 @@ def parse_spec(raw: Mapping[str, object]) -> SLASpec:
             name=name,
             kind="Deployment",
             api_version=str(target.get("apiVersion", "apps/v1")),
-            container=cast(str | None, container),
+            container=container,
         ),
         engine=engine,
         ttft=ttft,

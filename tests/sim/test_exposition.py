@@ -59,4 +59,10 @@ def test_realtime_fleet_serves_metrics_that_move_with_the_clock() -> None:
 
         assert _wait_for(lambda: served() == 20)
         one = urllib.request.urlopen(url + "/engine-0", timeout=5).read().decode()
-        assert 'pod="engine-0"' in one and 'pod="engine-1"' not in one
+        successes = [
+            s
+            for family in text_string_to_metric_families(one)
+            for s in family.samples
+            if s.name == "vllm:request_success_total"
+        ]
+        assert len(successes) == 1 and set(successes[0].labels) == {"model_name", "engine"}

@@ -1,7 +1,7 @@
 """The only code that writes to the Kubernetes API: replicas, engine flags, events, status.
 
 - Replicas go through the Deployment's `scale` subresource, as `kubectl scale` and the HPA
-  do, with the resourceVersion read just before as a precondition.
+  do, with the resourceVersion read just before as a precondition (a conditional patch).
 - Engine flags are set in the engine container's command line (`engine_args.with_flag`:
   every other arg, the env and the rest of the pod template untouched) by a strategic merge
   patch that carries the resourceVersion, so it applies only to the object the decision was
@@ -22,7 +22,8 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client import CoreV1Event
+from kubernetes.client.exceptions import ApiException
 
 from slascaler.engine_args import CommandLine, with_flag
 from slascaler.kube.clients import GROUP, KIND, PLURAL, VERSION, Clients, Json, raw
@@ -51,19 +52,14 @@ def scale(
             raise TargetChanged(
                 f"replicas are {have}, not the {expected_current} the decision was made on"
             )
+        # The resourceVersion makes the patch a conditional write: 409 if anyone wrote since.
         body = {
-            "apiVersion": "autoscaling/v1",
-            "kind": "Scale",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "resourceVersion": current["metadata"]["resourceVersion"],
-            },
+            "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
             "spec": {"replicas": replicas},
         }
         try:
-            clients.apps.replace_namespaced_deployment_scale(
-                name, namespace, body, field_manager=FIELD_MANAGER
+            clients.apps.patch_namespaced_deployment_scale(
+                name, namespace, body, field_manager=FIELD_MANAGER, _content_type=MERGE_PATCH
             )
             return
         except ApiException as error:
@@ -148,7 +144,9 @@ def post_event(
         "lastTimestamp": stamp.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "count": 1,
     }
-    clients.core.create_namespaced_event(metadata["namespace"], body)
+    event = CoreV1Event.from_dict(body)
+    assert event is not None  # from_dict returns None only for None
+    clients.core.create_namespaced_event(metadata["namespace"], event)
 
 
 def patch_status(clients: Clients, namespace: str, name: str, status: Mapping[str, Any]) -> None:

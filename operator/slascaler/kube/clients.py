@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 GROUP, VERSION, PLURAL = "slascaler.io", "v1alpha1", "inferenceslas"
 KIND = "InferenceSLA"
@@ -33,11 +33,11 @@ class Clients:
         """In-cluster credentials when running in a pod, else the kubeconfig."""
         if kubeconfig is None:
             try:
-                config.load_incluster_config()
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
                 return cls(client.ApiClient())
             except config.ConfigException:
                 pass
-        return cls(config.new_client_from_config(config_file=kubeconfig))
+        return cls(config.new_client_from_config(config_file=kubeconfig))  # type: ignore[no-untyped-call]
 
     @property
     def apps(self) -> client.AppsV1Api:
@@ -64,7 +64,7 @@ def raw(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Json:
 
 
 def not_found(error: ApiException) -> bool:
-    return error.status == 404
+    return bool(error.status == 404)
 
 
 def describe(error: ApiException) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from slascaler.engine_args import CommandLine, EngineArgsError, read_flag
 from slascaler.engines import ENGINES

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import requests
-from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
 from urllib3.util.retry import Retry
 
 from slascaler.engines import ENGINES, EngineFlavour

@@ -3,8 +3,8 @@
 `render` writes one replica's recorder in the Prometheus text exposition format (0.0.4) with
 vLLM's metric names, its `model_name` and `engine` labels, and a `pod` label; label values
 are escaped as the format requires. `RealtimeFleet` advances a `Fleet` with the wall clock
-in a background thread and serves every replica's metrics at `/metrics` (all pods) and
-`/metrics/<pod>` (one pod) on 127.0.0.1. Used by the integration and e2e tests.
+in a background thread and serves every replica's metrics at `/metrics` (all pods, with a
+`pod` label) and `/metrics/<pod>` (one pod, with vLLM's labels only) on 127.0.0.1. Used by the integration and e2e tests.
 """
 
 from __future__ import annotations
@@ -138,7 +138,11 @@ class RealtimeFleet:
                 if pod is not None and replica.name != pod:
                     continue
                 replica.recorder.advance_gauges(self.fleet.now)
-                labels = {"model_name": self.model_name, "engine": "0", "pod": replica.name}
+                # One pod's endpoint carries vLLM's own labels only; the scraper adds the
+                # pod's identity, as a Kubernetes service discovery does.
+                labels = {"model_name": self.model_name, "engine": "0"}
+                if pod is None:
+                    labels["pod"] = replica.name
                 pods.append((replica.recorder, labels))
             return render(pods)
 

@@ -1,0 +1,216 @@
+"""The Prometheus MetricSource against a real Prometheus scraping simulated vLLM engines.
+
+- Quantiles computed from the source's histograms equal Prometheus's own
+  `histogram_quantile` over the same series and window.
+- The regime flips from PrefillBound to QueueBound as the simulated load rises.
+- No label value written in an InferenceSLA reads another namespace's series or injects
+  PromQL: every attempt gets this namespace's series or none, never a query error.
+- Missing series hold with a problem naming the metric.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import replace
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from e2e.cluster.processes import poll
+from e2e.cluster.prometheus import PrometheusServer, Target
+from e2e.engines import Load, _Arrivals
+from slascaler.metrics.prometheus import PrometheusSettings, PrometheusSource
+from slascaler.metrics.promql import PodSelector, histogram_queries
+from slascaler.model.regime import Regime, analyze_observation
+from slascaler.sim.exposition import RealtimeFleet
+from slascaler.sim.fleet import EngineSettings, Fleet
+from slascaler.sim.profiles import PROFILES
+from slascaler.spec import SLASpec, TargetRef, parse_spec
+
+WINDOW_S = 30
+
+
+def sla(name: str = "llama", threshold_ms: float = 300, itl: bool = True) -> SLASpec:
+    objectives: dict[str, object] = {"ttft": {"percentile": 95, "thresholdMs": threshold_ms}}
+    if itl:
+        objectives["itl"] = {"percentile": 95, "thresholdMs": 200}
+    return parse_spec(
+        {"targetRef": {"name": name}, "objectives": objectives, "window": f"{WINDOW_S}s"}
+    )
+
+
+class ServedFleet:
+    """A simulated fleet in real time, its replicas scraped as pods of one Deployment."""
+
+    def __init__(
+        self,
+        prometheus: PrometheusServer,
+        namespace: str,
+        pods: Sequence[str],
+        settings: EngineSettings,
+        load: Load,
+        key: str,
+    ) -> None:
+        self.fleet = Fleet(PROFILES["llama3-8b-a100"], len(pods), settings)
+        self.server = RealtimeFleet(self.fleet)
+        self.prometheus, self.key = prometheus, key
+        self.ids = itertools.count()
+        self.set_load(load)
+        self.server.__enter__()
+        engines = [r.name for r in self.fleet.replicas]
+        prometheus.set_targets(
+            "engines",
+            [
+                Target(
+                    f"127.0.0.1:{self.server.port}",
+                    {"__metrics_path__": f"/metrics/{engine}", "namespace": namespace, "pod": pod},
+                )
+                for engine, pod in zip(engines, pods, strict=True)
+            ],
+            key,
+        )
+
+    def set_load(self, load: Load) -> None:
+        with self.server.lock:
+            now = self.server.clock() - self.server._origin  # noqa: SLF001
+            self.fleet.run_until(now)
+            self.fleet.feed(_Arrivals(load, self.fleet.now, next(self.ids) + 1, self.ids))
+
+    def close(self) -> None:
+        self.prometheus.set_targets("engines", [], self.key)
+        self.server.__exit__()
+
+
+@pytest.fixture
+def source(prometheus: PrometheusServer) -> PrometheusSource:
+    return PrometheusSource(PrometheusSettings(url=prometheus.url, timeout_s=5, retries=1))
+
+
+@pytest.fixture
+def team_a(prometheus: PrometheusServer) -> Iterator[ServedFleet]:
+    served = ServedFleet(
+        prometheus, "team-a", ["llama-6d4cf56db6-x7k2p", "llama-6d4cf56db6-q9zt4"],
+        EngineSettings(16, 512), Load(rate=1.0, prompt=4000, output=50), "team-a",
+    )  # fmt: skip
+    yield served
+    served.close()
+
+
+@pytest.fixture
+def team_b(prometheus: PrometheusServer) -> Iterator[ServedFleet]:
+    served = ServedFleet(
+        prometheus, "team-b", ["llama-7f9b8c6d5-abcde"],
+        EngineSettings(64, 2048), Load(rate=3.0, prompt=200, output=20), "team-b",
+    )  # fmt: skip
+    yield served
+    served.close()
+
+
+def _enough_data(source: PrometheusSource, namespace: str, spec: SLASpec, requests: float):  # type: ignore[no-untyped-def]
+    def check():  # type: ignore[no-untyped-def]
+        observation = source.observe(namespace, spec, time.time())
+        ok = (
+            not observation.missing_inputs(need_itl=True)
+            and observation.ttft is not None
+            and observation.ttft.total >= requests
+            and observation.reporting_pods >= 1
+        )
+        return observation if ok else None
+
+    return check
+
+
+def test_quantiles_equal_prometheus_histogram_quantile(
+    prometheus: PrometheusServer, source: PrometheusSource, team_a: ServedFleet
+) -> None:
+    spec = sla()
+    poll(
+        _enough_data(source, "team-a", spec, requests=20),
+        timeout=90,
+        what="a window of requests in Prometheus",
+    )
+    at = time.time()
+    observation = source.observe("team-a", spec, at)
+    selector = PodSelector("team-a", "llama")
+    for metric, histogram in (
+        ("vllm:time_to_first_token_seconds", observation.ttft),
+        ("vllm:request_queue_time_seconds", observation.queue),
+        ("vllm:request_prefill_time_seconds", observation.prefill),
+        ("vllm:inter_token_latency_seconds", observation.itl),
+    ):
+        assert histogram is not None
+        buckets = histogram_queries(metric, selector, WINDOW_S).buckets
+        for q in (0.5, 0.95, 0.99):
+            theirs = prometheus.query(f"histogram_quantile({q}, {buckets})", at=at)
+            ours = histogram.quantile(q) / 1000.0
+            assert float(theirs[0]["value"][1]) == pytest.approx(ours, rel=1e-9), (metric, q)
+    assert observation.reporting_pods == 2
+    assert observation.request_rate == pytest.approx(1.0, rel=0.6)
+
+
+def test_regime_flips_from_prefill_bound_to_queue_bound(
+    source: PrometheusSource, team_a: ServedFleet
+) -> None:
+    spec = sla(threshold_ms=300, itl=False)
+
+    def regime() -> Regime:
+        observation = source.observe("team-a", spec, time.time())
+        if observation.missing_inputs(need_itl=False):
+            return Regime.UNKNOWN
+        return analyze_observation(observation, 95, 300).regime
+
+    poll(lambda: regime() is Regime.PREFILL_BOUND, timeout=90, what="PrefillBound at 1 req/s")
+    team_a.set_load(Load(rate=12.0, prompt=4000, output=50))
+    poll(
+        lambda: regime() is Regime.QUEUE_BOUND, timeout=90, what="QueueBound at 12 req/s"
+    )
+
+
+INJECTIONS = [
+    'llama"} or vllm:num_requests_running{namespace="team-b',
+    "llama|.*",
+    ".*",
+    "llama-7f9b8c6d5-abcde|llama",
+    'llama",namespace=~".+',
+    "llama\\",
+    "llama\n",
+]
+
+
+@pytest.mark.parametrize("name", INJECTIONS, ids=range(len(INJECTIONS)))
+def test_no_spec_value_reads_another_namespace(
+    source: PrometheusSource, team_a: ServedFleet, team_b: ServedFleet, name: str
+) -> None:
+    poll(
+        _enough_data(source, "team-b", sla(), requests=1),
+        timeout=90,
+        what="team-b's series in Prometheus",
+    )
+    spec = replace(sla(), target=TargetRef(name=name))
+    observation = source.observe("team-a", spec, time.time())
+    assert observation.source_error is None, "the query must stay valid PromQL"
+    assert observation.ttft is None and observation.reporting_pods == 0
+    assert any("no vllm:time_to_first_token_seconds series" in p for p in observation.problems)
+
+
+@pytest.mark.parametrize("namespace", ['team-b"} or {__name__=~".+', "team-.*", "team-b|team-a"])
+def test_no_namespace_value_escapes_its_string(
+    source: PrometheusSource, team_b: ServedFleet, namespace: str
+) -> None:
+    poll(
+        _enough_data(source, "team-b", sla(), requests=1),
+        timeout=90,
+        what="team-b's series in Prometheus",
+    )
+    observation = source.observe(namespace, sla(), time.time())
+    assert observation.source_error is None
+    assert observation.ttft is None and observation.reporting_pods == 0
+
+
+def test_a_deployment_without_series_holds_with_the_reason(source: PrometheusSource) -> None:
+    observation = source.observe("nowhere", sla("ghost"), time.time())
+    assert observation.source_error is None
+    problems = " ".join(observation.problems)
+    assert "no vllm:time_to_first_token_seconds series from pods of ghost in namespace nowhere" in problems
+    assert "no vllm:num_requests_running gauge" in problems
