@@ -174,7 +174,11 @@ class EngineFleet:
             [
                 Target(
                     address,
-                    {"__metrics_path__": f"/metrics/{name}", "namespace": self.namespace, "pod": name},
+                    {
+                        "__metrics_path__": f"/metrics/{name}",
+                        "namespace": self.namespace,
+                        "pod": name,
+                    },
                 )
                 for name in sorted(ready)
             ],

@@ -38,6 +38,8 @@ def test_durations(text: str, seconds: float) -> None:
         ({"objectives": {"ttft": {"thresholdMs": -1}}}, "objectives.ttft.thresholdMs", "> 0"),
         ({"window": "-2m"}, "window", "not a duration"),
         ({"window": "0s"}, "window", "longer than zero"),
+        ({"window": "5s"}, "window", "between 10s and 1h"),
+        ({"targetRef": {"name": "x", "container": ""}}, "targetRef.container", "name the engine"),
         ({"replicas": {"min": 5, "max": 2}}, "replicas", "min (5) must be ≤ max (2)"),
         ({"replicas": {"min": 0, "max": 2}}, "replicas.min", "≥ 1"),
         ({"knobs": {"chunkSize": {"min": 4096, "max": 512}}}, "knobs.chunkSize", "min (4096)"),

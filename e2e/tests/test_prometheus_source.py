@@ -162,9 +162,7 @@ def test_regime_flips_from_prefill_bound_to_queue_bound(
 
     poll(lambda: regime() is Regime.PREFILL_BOUND, timeout=90, what="PrefillBound at 1 req/s")
     team_a.set_load(Load(rate=12.0, prompt=4000, output=50))
-    poll(
-        lambda: regime() is Regime.QUEUE_BOUND, timeout=90, what="QueueBound at 12 req/s"
-    )
+    poll(lambda: regime() is Regime.QUEUE_BOUND, timeout=90, what="QueueBound at 12 req/s")
 
 
 INJECTIONS = [
@@ -212,5 +210,8 @@ def test_a_deployment_without_series_holds_with_the_reason(source: PrometheusSou
     observation = source.observe("nowhere", sla("ghost"), time.time())
     assert observation.source_error is None
     problems = " ".join(observation.problems)
-    assert "no vllm:time_to_first_token_seconds series from pods of ghost in namespace nowhere" in problems
+    assert (
+        "no vllm:time_to_first_token_seconds series from pods of ghost in namespace nowhere"
+        in problems
+    )
     assert "no vllm:num_requests_running gauge" in problems

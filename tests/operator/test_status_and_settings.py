@@ -1,0 +1,105 @@
+"""Status: the policy memory survives a round trip through JSON, garbage never crashes the
+operator, conditions keep their transition time while unchanged. Settings: every bad
+environment variable is named with the fix."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from slascaler.policy import Condition, PolicyMemory
+from slascaler.policy.decision import Status
+from slascaler.policy.state import Recommendation
+from slascaler.settings import Settings, SettingsError
+from slascaler.status import memory_from_status, memory_to_status, merge_conditions
+
+times = st.floats(0, 2e9, allow_nan=False)
+maybe_time = st.none() | times
+
+
+@st.composite
+def memories(draw: st.DrawFn) -> PolicyMemory:
+    return PolicyMemory(
+        last_scale_up_at=draw(maybe_time),
+        last_scale_down_at=draw(maybe_time),
+        last_knob_change_at=draw(maybe_time),
+        first_seen_at=draw(maybe_time),
+        service_rate=draw(st.none() | st.floats(0.001, 1e4)),
+        recommendations=tuple(
+            Recommendation(at, n)
+            for at, n in draw(st.lists(st.tuples(times, st.integers(1, 10_000)), max_size=5))
+        ),
+        batch_points=tuple(
+            draw(st.lists(st.tuples(st.floats(0, 1e4), st.floats(0, 1e5)), max_size=5))
+        ),
+    )
+
+
+@given(memories())
+def test_memory_round_trips_through_json(memory: PolicyMemory) -> None:
+    stored = json.loads(json.dumps(memory_to_status(memory)))
+    restored, note = memory_from_status(stored)
+    assert note is None and restored == memory
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        "text",
+        [1, 2],
+        {"format": 99},
+        {"format": 1, "lastScaleUpAt": "yesterday"},
+        {"format": 1, "recommendations": [[1, 2, 3]]},
+        {"format": 1, "batchPoints": [["a", 1]]},
+        {"format": 1, "lastKnobChangeAt": math.inf},
+    ],
+)
+def test_unusable_memory_starts_afresh_with_a_note(garbage: object) -> None:
+    memory, note = memory_from_status(garbage)
+    assert memory == PolicyMemory()
+    assert note is not None and "starting afresh" in note
+
+
+def test_conditions_keep_their_transition_time_until_the_status_changes() -> None:
+    first = merge_conditions(None, [Condition("SLAMet", Status.TRUE, "Met", "")], 1000.0, 1)
+    same = merge_conditions(first, [Condition("SLAMet", Status.TRUE, "Met", "x")], 2000.0, 1)
+    flipped = merge_conditions(same, [Condition("SLAMet", Status.FALSE, "Missed", "")], 3000.0, 2)
+    assert first[0]["lastTransitionTime"] == same[0]["lastTransitionTime"] == "1970-01-01T00:16:40Z"
+    assert flipped[0]["lastTransitionTime"] == "1970-01-01T00:50:00Z"
+    assert flipped[0]["observedGeneration"] == 2
+
+
+def test_settings_defaults() -> None:
+    settings = Settings.from_env({"SLASCALER_PROMETHEUS_URL": "http://prom:9090/"})
+    assert settings.prometheus_url == "http://prom:9090"
+    assert settings.reconcile_interval_s == 15 and settings.watch_namespaces == ()
+    assert settings.peering is None and not settings.dry_run
+
+
+@pytest.mark.parametrize(
+    ("env", "variable", "message"),
+    [
+        ({}, "SLASCALER_PROMETHEUS_URL", "not an http(s) URL"),
+        ({"SLASCALER_RECONCILE_INTERVAL": "often"}, "SLASCALER_RECONCILE_INTERVAL", "duration"),
+        ({"SLASCALER_RECONCILE_INTERVAL": "100ms"}, "SLASCALER_RECONCILE_INTERVAL", "at least 1s"),
+        ({"SLASCALER_PROMETHEUS_RETRIES": "-1"}, "SLASCALER_PROMETHEUS_RETRIES", "outside"),
+        ({"SLASCALER_DRY_RUN": "maybe"}, "SLASCALER_DRY_RUN", "not true or false"),
+        ({"SLASCALER_POD_LABEL": "pod-name"}, "SLASCALER_POD_LABEL", "label name"),
+        ({"SLASCALER_WATCH_NAMESPACES": "a,B_c"}, "SLASCALER_WATCH_NAMESPACES", "'B_c'"),
+        ({"SLASCALER_LOG_LEVEL": "loud"}, "SLASCALER_LOG_LEVEL", "DEBUG, INFO"),
+    ],
+)
+def test_bad_settings_name_the_variable(env: dict[str, str], variable: str, message: str) -> None:
+    base = (
+        {"SLASCALER_PROMETHEUS_URL": "http://prom:9090"}
+        if variable != "SLASCALER_PROMETHEUS_URL"
+        else {}
+    )
+    with pytest.raises(SettingsError) as error:
+        Settings.from_env({**base, **env})
+    assert error.value.variable == variable
+    assert str(error.value).startswith(f"{variable}: ") and message in str(error.value)
