@@ -133,7 +133,7 @@ class EngineFleet:
     def set_load(self, load: Load) -> None:
         """Change the arrivals from now on."""
         with self.server.lock:
-            self.fleet.run_until(self.server.clock() - self.server._origin)  # noqa: SLF001
+            self.fleet.run_until(self.server.clock() - self.server._origin)
             self.fleet.feed(_Arrivals(load, self.fleet.now, next(self.seed), self.ids))
             self.load = load
 
@@ -153,14 +153,14 @@ class EngineFleet:
         while not self._stop.wait(self.poll_s):
             try:
                 self._sync()
-            except Exception as error:  # noqa: BLE001 - the API server may be briefly away
+            except Exception as error:
                 self.errors.append(f"{type(error).__name__}: {error}")
 
     def _sync(self) -> None:
         pods = self.kube.pods(self.namespace, f"app={self.deployment}")
         ready = {p.metadata.name: p for p in pods if is_ready(p)}
         with self.server.lock:
-            self.fleet.run_until(self.server.clock() - self.server._origin)  # noqa: SLF001
+            self.fleet.run_until(self.server.clock() - self.server._origin)
             live = self.fleet.live_names()
             for name in live - ready.keys():
                 self.fleet.remove(name)

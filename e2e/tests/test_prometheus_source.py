@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import replace
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 import pytest
-
 from e2e.cluster.processes import poll
 from e2e.cluster.prometheus import PrometheusServer, Target
 from e2e.engines import Load, _Arrivals
+
 from slascaler.metrics.prometheus import PrometheusSettings, PrometheusSource
 from slascaler.metrics.promql import PodSelector, histogram_queries
 from slascaler.model.regime import Regime, analyze_observation
@@ -73,7 +73,7 @@ class ServedFleet:
 
     def set_load(self, load: Load) -> None:
         with self.server.lock:
-            now = self.server.clock() - self.server._origin  # noqa: SLF001
+            now = self.server.clock() - self.server._origin
             self.fleet.run_until(now)
             self.fleet.feed(_Arrivals(load, self.fleet.now, next(self.ids) + 1, self.ids))
 

@@ -4,7 +4,8 @@
 vLLM's metric names, its `model_name` and `engine` labels, and a `pod` label; label values
 are escaped as the format requires. `RealtimeFleet` advances a `Fleet` with the wall clock
 in a background thread and serves every replica's metrics at `/metrics` (all pods, with a
-`pod` label) and `/metrics/<pod>` (one pod, with vLLM's labels only) on 127.0.0.1. Used by the integration and e2e tests.
+`pod` label) and `/metrics/<pod>` (one pod, with vLLM's labels only) on 127.0.0.1. Used by
+the integration and e2e tests.
 """
 
 from __future__ import annotations
