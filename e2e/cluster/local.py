@@ -157,6 +157,12 @@ class LocalCluster:
                 f"--tls-cert-file={pki.serving_cert}",
                 f"--tls-private-key-file={pki.serving_key}",
                 f"--client-ca-file={pki.ca}",
+                # Published for the controllers' own authentication (no front proxy is used).
+                f"--requestheader-client-ca-file={pki.ca}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki.service_account_public}",
                 f"--service-account-signing-key-file={pki.service_account_key}",

@@ -94,7 +94,7 @@ def substrate(request: pytest.FixtureRequest, binaries: Path) -> Iterator[Substr
             LOGS.register(
                 name,
                 lambda name=name: (
-                    cluster.services[name].tail(12) if name in cluster.services else ""
+                    cluster.services[name].tail(8) if name in cluster.services else ""
                 ),
             )
         try:

@@ -78,6 +78,11 @@ class Operator:
 def register(registry: kopf.OperatorRegistry, settings: Settings, operator: Operator) -> None:
     """Register the handlers on `registry` with the interval from `settings`."""
 
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # The same credentials as the kubernetes client: in-cluster, else KUBECONFIG.
+        return kopf.login_via_client(**kwargs)
+
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.enabled = False

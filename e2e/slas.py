@@ -1,0 +1,98 @@
+"""InferenceSLA objects and their status, for the e2e tests.
+
+`inference_sla` builds a manifest; `SLAWatch` reads one back (status, conditions, the events
+posted on it) so tests can poll for what they expect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from e2e.cluster.processes import poll
+from e2e.kube import Kube
+
+ROOT = Path(__file__).resolve().parents[1]
+CRD_FILE = ROOT / "manifests" / "crds" / "slascaler.io_inferenceslas.yaml"
+GROUP, VERSION, PLURAL = "slascaler.io", "v1alpha1", "inferenceslas"
+
+
+def inference_sla(name: str, target: str, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "targetRef": {"name": target},
+        "objectives": {"ttft": {"percentile": 95, "thresholdMs": 500}},
+    }
+    body.update(spec)
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferenceSLA",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+def install_crd(kube: Kube) -> None:
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
+    kube.kubectl(
+        "wait", "--for=condition=Established", "crd/inferenceslas.slascaler.io", "--timeout=30s"
+    )
+
+
+class SLAWatch:
+    def __init__(self, kube: Kube, namespace: str, name: str) -> None:
+        self.kube, self.namespace, self.name = kube, namespace, name
+
+    def get(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.kube.custom.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, self.name
+        )
+        return result
+
+    def status(self) -> dict[str, Any]:
+        try:
+            return dict(self.get().get("status") or {})
+        except ApiException:
+            return {}
+
+    def condition(self, condition_type: str) -> Mapping[str, Any]:
+        for condition in self.status().get("conditions") or []:
+            if condition["type"] == condition_type:
+                return dict(condition)
+        return {}
+
+    def wait_condition(
+        self, condition_type: str, status: str, reason: str | None = None, timeout: float = 60
+    ) -> Mapping[str, Any]:
+        def matches() -> Mapping[str, Any] | None:
+            condition = self.condition(condition_type)
+            ok = condition.get("status") == status and (
+                reason is None or condition.get("reason") == reason
+            )
+            return condition if ok else None
+
+        return poll(
+            matches,
+            timeout=timeout,
+            what=f"{condition_type}={status}" + (f" ({reason})" if reason else ""),
+            describe=lambda: f"status: {self.status()}",
+        )
+
+    def events(self) -> list[dict[str, Any]]:
+        items = self.kube.core.list_namespaced_event(
+            self.namespace, field_selector=f"involvedObject.name={self.name}"
+        ).items
+        return [
+            {"type": e.type, "reason": e.reason, "message": e.message, "source": e.source.component}
+            for e in items
+        ]
+
+    def wait_event(self, reason: str, timeout: float = 60) -> dict[str, Any]:
+        return poll(
+            lambda: next((e for e in self.events() if e["reason"] == reason), None),
+            timeout=timeout,
+            what=f"an event {reason} on {self.name}",
+            describe=lambda: f"events: {self.events()}",
+        )
