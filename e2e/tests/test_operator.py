@@ -82,7 +82,8 @@ def test_create_update_delete(kube: Kube, namespace: str, operator: OperatorProc
     sla.wait_condition("Ready", "True")
     # No engine exports metrics yet: hold, and say why.
     condition = sla.wait_condition("MetricsAvailable", "False", "MissingSeries")
-    assert "no vllm:time_to_first_token_seconds series from pods of llama" in condition["message"]
+    assert "no vllm:time_to_first_token_seconds, " in condition["message"]
+    assert "series from pods of llama in namespace" in condition["message"]
     status = sla.status()
     assert status["observedGeneration"] == 1 and status["regime"] == "Unknown"
     assert status["replicas"] == 1

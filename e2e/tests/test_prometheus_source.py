@@ -189,7 +189,7 @@ def test_no_spec_value_reads_another_namespace(
     observation = source.observe("team-a", spec, time.time())
     assert observation.source_error is None, "the query must stay valid PromQL"
     assert observation.ttft is None and observation.reporting_pods == 0
-    assert any("no vllm:time_to_first_token_seconds series" in p for p in observation.problems)
+    assert any("no vllm:time_to_first_token_seconds, " in p for p in observation.problems)
 
 
 @pytest.mark.parametrize("namespace", ['team-b"} or {__name__=~".+', "team-.*", "team-b|team-a"])

@@ -334,4 +334,8 @@ def _changes(changes: tuple[Change, ...]) -> str:
 
 
 def _action_message(decision: Decision) -> str:
-    return f"{_changes(decision.changes)}: {decision.reason}"
+    """The changes, then the reason without repeating them."""
+    parts = decision.reason.split("; ")
+    for change in decision.changes:
+        parts = [p.removeprefix(f"{change}: ") for p in parts]
+    return f"{_changes(decision.changes)}: {'; '.join(parts)}"

@@ -63,7 +63,7 @@ def test_selector_pins_namespace_and_pod_pattern() -> None:
     )
     assert queries.buckets.endswith("[120000ms]))")
     gauges = gauge_queries(ENGINES[Engine.VLLM], selector, 30)
-    assert gauges.reporting_pods.startswith("count(vllm:num_requests_running{")
+    assert gauges.reporting_pods.startswith("sum(count_over_time(vllm:num_requests_running{")
 
 
 def test_configured_label_names_are_checked() -> None:

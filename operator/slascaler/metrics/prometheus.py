@@ -150,7 +150,7 @@ class PrometheusSource:
         need_itl: bool,
     ) -> Observation:
         where = f"pods of {selector.deployment} in namespace {selector.namespace}"
-        problems: list[str] = []
+        absent: list[str] = []
 
         def histogram(
             metric: str | None, scale: float = 1000.0, extra: str = "", required: bool = True
@@ -160,10 +160,7 @@ class PrometheusSource:
             queries = histogram_queries(metric, selector, window_s, extra)
             found = self._histogram(queries, now, scale)
             if found is None and required:
-                problems.append(
-                    f"no {metric} series from {where} (is Prometheus scraping them with the "
-                    f"'{selector.namespace_label}' and '{selector.pod_label}' labels?)"
-                )
+                absent.append(metric)
             return found
 
         ttft = histogram(flavour.ttft)
@@ -176,7 +173,13 @@ class PrometheusSource:
         gauges = gauge_queries(flavour, selector, window_s)
         newest = self._scalar(gauges.newest_sample, now)
         if newest is None:
-            problems.append(f"no {flavour.running} gauge from {where}")
+            absent.append(flavour.running)
+        problems = []
+        if absent:
+            problems.append(
+                f"no {', '.join(absent)} series from {where} (is Prometheus scraping them "
+                f"with the '{selector.namespace_label}' and '{selector.pod_label}' labels?)"
+            )
         waiting = self._scalar(gauges.waiting_average, now)
         running = self._scalar(gauges.running_average, now)
         waiting_now = self._scalar(gauges.waiting_now, now)
@@ -193,7 +196,7 @@ class PrometheusSource:
             request_rate=requests_seen / window_s,
             waiting=waiting if waiting is not None else math.nan,
             running=running if running is not None else math.nan,
-            reporting_pods=int(pods) if pods is not None and math.isfinite(pods) else 0,
+            reporting_pods=round(pods) if pods is not None and math.isfinite(pods) else 0,
             waiting_now=waiting_now if waiting_now is not None else math.nan,
             problems=tuple(problems),
             derived=derived,

@@ -120,6 +120,11 @@ def gauge_queries(flavour: EngineFlavour, selector: PodSelector, window_s: float
         waiting_average=f"sum(avg_over_time({flavour.waiting}{match}[{window}]))",
         running_average=f"sum(avg_over_time({flavour.running}{match}[{window}]))",
         waiting_now=f"sum({flavour.waiting}{match})",
-        reporting_pods=f"count({flavour.running}{match})",
+        # Pods serving over the window, on average: each pod's samples over the samples of the
+        # longest-lived one, so a pod that just started counts for the part it served.
+        reporting_pods=(
+            f"sum(count_over_time({flavour.running}{match}[{window}]))"
+            f" / max(count_over_time({flavour.running}{match}[{window}]))"
+        ),
         newest_sample=f"max(timestamp({flavour.running}{match}))",
     )

@@ -43,6 +43,8 @@ class Observation:
     def missing_inputs(self, need_itl: bool) -> tuple[str, ...]:
         """Human-readable list of what the decision needs and this observation lacks."""
         missing = list(self.problems)
+        if self.problems:
+            return tuple(missing)  # the source said what is missing, and why
         required: dict[str, Histogram | None] = {
             "time-to-first-token histogram": self.ttft,
             "queue-time histogram": self.queue,
