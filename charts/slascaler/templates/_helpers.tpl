@@ -1,0 +1,78 @@
+{{/* The chart's name, overridable, as Helm's conventions have it. */}}
+{{- define "slascaler.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's full name: the release name when it already contains the chart's. */}}
+{{- define "slascaler.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels that select the operator's pods; never change across upgrades. */}}
+{{- define "slascaler.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "slascaler.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Labels on every object of the release. */}}
+{{- define "slascaler.labels" -}}
+{{ include "slascaler.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: slascaler
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "slascaler.serviceAccountName" -}}
+{{- if .Values.serviceAccountCreate -}}
+{{- default (include "slascaler.fullname" .) .Values.serviceAccountName -}}
+{{- else -}}
+{{- required "serviceAccountName is required when serviceAccountCreate is false" .Values.serviceAccountName -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Kopf peering is on when more than one replica runs. */}}
+{{- define "slascaler.peering" -}}
+{{- if gt (int .Values.replicaCount) 1 -}}{{ include "slascaler.fullname" . }}{{- end -}}
+{{- end -}}
+
+{{/*
+The RBAC rules of the operator, with the reason for each verb.
+*/}}
+{{- define "slascaler.rules" -}}
+# InferenceSLAs: watched by Kopf (list, watch) and read fresh before each decision (get).
+- apiGroups: ["slascaler.io"]
+  resources: ["inferenceslas"]
+  verbs: ["get", "list", "watch"]
+# Their status: written after each evaluation (patch) and read back (get).
+- apiGroups: ["slascaler.io"]
+  resources: ["inferenceslas/status"]
+  verbs: ["get", "patch"]
+# Target Deployments: read to decide (get); engine flags set in the pod template (patch).
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "patch"]
+# Replicas through the scale subresource, as kubectl scale and the HPA do.
+- apiGroups: ["apps"]
+  resources: ["deployments/scale"]
+  verbs: ["get", "patch"]
+# Pods of the target: counted when Pending unschedulable (no GPU left).
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+# Events on InferenceSLAs: one per action and per change of hold reason.
+- apiGroups: ["", "events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+# Other autoscalers of the same Deployment, which slascaler then leaves alone.
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["list"]
+- apiGroups: ["keda.sh"]
+  resources: ["scaledobjects"]
+  verbs: ["list"]
+{{- end -}}
