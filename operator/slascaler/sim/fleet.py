@@ -64,7 +64,7 @@ class Fleet:
         self._round_robin = 0
         self._arrivals: Iterator[Request] = iter(())
         self._next_arrival: Request | None = None
-        self._snapshots: deque[tuple[float, MetricRecorder]] = deque()
+        self._snapshots: deque[tuple[float, MetricRecorder, int]] = deque()
         self.rolling_restarts = 0
         self.desired = replicas
         self.gpu_limit = gpu_limit
@@ -143,7 +143,7 @@ class Fleet:
 
     def snapshot(self) -> None:
         """Remember the cumulative metrics now (call at every control tick)."""
-        self._snapshots.append((self.now, self.totals()))
+        self._snapshots.append((self.now, self.totals(), self.ready_replicas))
         while len(self._snapshots) > 1 and self._snapshots[1][0] < self.now - 3600:
             self._snapshots.popleft()
 
@@ -151,11 +151,13 @@ class Fleet:
         """Increases over the last `window_s` seconds, as the Prometheus source reports them."""
         current = self.totals()
         start_time, earlier = self.now, MetricRecorder()
-        for time, recorded in self._snapshots:
+        for time, recorded, _ in self._snapshots:
             if time <= self.now - window_s + 1e-9:
                 start_time, earlier = time, recorded
         if start_time == self.now and self._snapshots:
-            start_time, earlier = self._snapshots[0]
+            start_time, earlier, _ = self._snapshots[0]
+        # Replicas serving over the window, on average (as the Prometheus source counts them).
+        ready = [n for time, _, n in self._snapshots if time > start_time] or [self.ready_replicas]
         elapsed = max(1e-9, self.now - start_time)
 
         def delta(name: str, scale: float = 1000.0) -> Histogram:
@@ -174,7 +176,7 @@ class Fleet:
             waiting=(current.waiting_integral - earlier.waiting_integral) / elapsed
             + len(self.backlog),
             running=(current.running_integral - earlier.running_integral) / elapsed,
-            reporting_pods=self.ready_replicas,
+            reporting_pods=round(sum(ready) / len(ready)),
             waiting_now=sum(len(r.waiting) for r in self.replicas) + len(self.backlog),
         )
 
