@@ -106,7 +106,7 @@ class EngineFleet:
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch, daemon=True, name="engine-pods")
         self.errors: list[str] = []
-        self.set_load(load)
+        self.load = load
 
     job = "engines"
 
@@ -115,8 +115,11 @@ class EngineFleet:
         return f"{self.namespace}--{self.deployment}"
 
     def __enter__(self) -> EngineFleet:
-        self.server.__enter__()
+        # Replicas first, then requests: none should wait at the router for a pod that is
+        # already Ready but not yet seen.
         self._sync()
+        self.set_load(self.load)
+        self.server.__enter__()
         self._watcher.start()
         return self
 

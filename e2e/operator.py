@@ -47,6 +47,9 @@ class OperatorProcess:
         poll(self.healthy, timeout=30, what="the operator's /healthz", describe=self.tail)
         return self
 
+    def service_running(self) -> bool:
+        return self.service is not None and self.service.running()
+
     def healthy(self) -> bool:
         if self.service is None or not self.service.running():
             raise AssertionError(f"the operator exited:\n{self.tail()}")

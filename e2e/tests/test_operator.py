@@ -20,7 +20,7 @@ from e2e.engines import EngineFleet, Load
 from e2e.kube import Kube, gpu_deployment, is_ready
 from e2e.operator import OperatorProcess
 from e2e.slas import GROUP, PLURAL, VERSION, SLAWatch, inference_sla, install_crd
-from e2e.tests.conftest import LOGS, Substrate
+from e2e.tests.conftest import LogRegistry, Substrate
 from slascaler.sim.profiles import PROFILES
 
 FAST = {"scaleUpCooldown": "10s", "scaleDownStabilization": "60s", "knobCooldown": "20s"}
@@ -28,7 +28,10 @@ FAST = {"scaleUpCooldown": "10s", "scaleDownStabilization": "60s", "knobCooldown
 
 @pytest.fixture(scope="module")
 def operator(
-    substrate: Substrate, prometheus: PrometheusServer, tmp_path_factory: pytest.TempPathFactory
+    substrate: Substrate,
+    prometheus: PrometheusServer,
+    tmp_path_factory: pytest.TempPathFactory,
+    logs: LogRegistry,
 ) -> Iterator[OperatorProcess]:
     install_crd(substrate.admin)
     process = OperatorProcess(
@@ -40,18 +43,20 @@ def operator(
         },
         tmp_path_factory.mktemp("operator") / "operator.log",
     )
-    LOGS.register("operator", process.tail)
+    logs.register("operator", process.tail)
     process.start()
     yield process
     process.stop()
-    LOGS.unregister("operator")
+    logs.unregister("operator")
 
 
 def ready_pods(kube: Kube, namespace: str, app: str) -> list[str]:
     return [p.metadata.name for p in kube.pods(namespace, f"app={app}") if is_ready(p)]
 
 
-def test_explain_and_refusals_name_the_field(kube: Kube, namespace: str, operator: OperatorProcess) -> None:
+def test_explain_and_refusals_name_the_field(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
     explained = kube.kubectl("explain", "inferencesla.spec.objectives.ttft.percentile").stdout
     assert "strictly between 0 and 100" in explained
     bad = {
@@ -88,12 +93,34 @@ def test_create_update_delete(kube: Kube, namespace: str, operator: OperatorProc
     assert status["observedGeneration"] == 1 and status["regime"] == "Unknown"
     assert status["replicas"] == 1
     table = kube.kubectl("get", "inferenceslas", "-n", namespace).stdout
-    assert table.split("\n")[0].split() == ["NAME", "TARGET", "MODE", "REGIME", "TTFT", "REPLICAS", "SLA", "AGE"]
+    assert table.split("\n")[0].split() == [
+        "NAME",
+        "TARGET",
+        "MODE",
+        "REGIME",
+        "TTFT",
+        "REPLICAS",
+        "SLA",
+        "AGE",
+    ]
     assert "llama-sla   llama    Auto" in table
     sla.wait_event("HoldMetricsMissing")
 
-    kube.kubectl("patch", "inferencesla", "llama-sla", "-n", namespace, "--type=merge", "-p", '{"spec":{"mode":"Recommend"}}')
-    poll(lambda: sla.status().get("observedGeneration") == 2, timeout=20, what="generation 2 evaluated")
+    kube.kubectl(
+        "patch",
+        "inferencesla",
+        "llama-sla",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"mode":"Recommend"}}',
+    )
+    poll(
+        lambda: sla.status().get("observedGeneration") == 2,
+        timeout=20,
+        what="generation 2 evaluated",
+    )
 
     kube.kubectl("delete", "inferencesla", "llama-sla", "-n", namespace, "--timeout=20s")
     assert "llama-sla" not in kube.kubectl("get", "inferenceslas", "-n", namespace).stdout
@@ -103,7 +130,9 @@ def test_create_update_delete(kube: Kube, namespace: str, operator: OperatorProc
     )
 
 
-def test_missing_target_is_reported_until_it_appears(kube: Kube, namespace: str, operator: OperatorProcess) -> None:
+def test_missing_target_is_reported_until_it_appears(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
     kube.apply(inference_sla("ghost-sla", "ghost", window="20s"), namespace=namespace)
     sla = SLAWatch(kube, namespace, "ghost-sla")
     condition = sla.wait_condition("Ready", "False", "TargetNotFound")
@@ -151,7 +180,9 @@ def test_bounds_are_enforced_by_scale_and_an_arg_patch_that_rolls(
     assert sla.status()["engineFlags"] == {"maxBatchSize": 64}
 
 
-def test_recommend_mode_changes_nothing(kube: Kube, namespace: str, operator: OperatorProcess) -> None:
+def test_recommend_mode_changes_nothing(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
     kube.apply(gpu_deployment("llama", 4, args=["--max-num-seqs", "512"]), namespace=namespace)
     kube.apply(
         inference_sla(
@@ -166,14 +197,20 @@ def test_recommend_mode_changes_nothing(kube: Kube, namespace: str, operator: Op
     recommendation = sla.status()["recommendation"]
     assert (recommendation["replicas"], recommendation["maxBatchSize"]) == (2, 64)
     generation = kube.apps.read_namespaced_deployment("llama", namespace).metadata.generation
-    poll(lambda: sla.status().get("lastEvaluated") and len(sla.events()) >= 1, timeout=10, what="more evaluations")
+    poll(
+        lambda: sla.status().get("lastEvaluated") and len(sla.events()) >= 1,
+        timeout=10,
+        what="more evaluations",
+    )
     deployment = kube.apps.read_namespaced_deployment("llama", namespace)
     assert deployment.spec.replicas == 4 and deployment.metadata.generation == generation
     assert deployment.spec.template.spec.containers[0].args == ["--max-num-seqs", "512"]
     assert "lastAction" not in sla.status() or sla.status()["lastAction"] is None
 
 
-def test_another_autoscaler_means_hands_off(kube: Kube, namespace: str, operator: OperatorProcess) -> None:
+def test_another_autoscaler_means_hands_off(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
     kube.apply(gpu_deployment("llama", 4), namespace=namespace)
     kube.autoscaling.create_namespaced_horizontal_pod_autoscaler(
         namespace,
@@ -186,7 +223,10 @@ def test_another_autoscaler_means_hands_off(kube: Kube, namespace: str, operator
             },
         },
     )  # fmt: skip
-    kube.apply(inference_sla("llama-sla", "llama", window="20s", replicas={"min": 1, "max": 2}), namespace=namespace)
+    kube.apply(
+        inference_sla("llama-sla", "llama", window="20s", replicas={"min": 1, "max": 2}),
+        namespace=namespace,
+    )
     sla = SLAWatch(kube, namespace, "llama-sla")
     condition = sla.wait_condition("Conflict", "True", "OtherAutoscaler")
     assert "HorizontalPodAutoscaler/llama-hpa also targets llama" in condition["message"]
@@ -206,17 +246,36 @@ def test_queue_bound_load_scales_out(
     kube.apply(gpu_deployment("llama", 1, args=["--max-num-seqs", "16"]), namespace=namespace)
     poll(lambda: len(ready_pods(kube, namespace, "llama")) == 1, timeout=60, what="1 ready pod")
     with EngineFleet(
-        kube, prometheus, namespace, "llama", PROFILES["llama3-8b-a100"], Load(rate=10.0, prompt=1000, output=100)
+        kube,
+        prometheus,
+        namespace,
+        "llama",
+        PROFILES["llama3-8b-a100"],
+        Load(rate=10.0, prompt=1000, output=100),
     ) as engines:
         kube.apply(
-            inference_sla("llama-sla", "llama", window="20s", replicas={"min": 1, "max": 4}, behavior=FAST),
+            inference_sla(
+                "llama-sla", "llama", window="20s", replicas={"min": 1, "max": 4}, behavior=FAST
+            ),
             namespace=namespace,
         )
         sla = SLAWatch(kube, namespace, "llama-sla")
-        poll(lambda: sla.status().get("regime") == "QueueBound", timeout=90, what="QueueBound", describe=lambda: str(sla.status()))
+        poll(
+            lambda: sla.status().get("regime") == "QueueBound",
+            timeout=90,
+            what="QueueBound",
+            describe=lambda: str(sla.status()),
+        )
         event = sla.wait_event("ScaleUp", timeout=60)
         assert event["message"].startswith("replicas 1→")
         poll(lambda: engines.ready_replicas() >= 2, timeout=60, what="the new engines serving")
         metrics = operator.metrics()
-        assert f'slascaler_actions_total{{knob="replicas",name="llama-sla",namespace="{namespace}"}}' in metrics
-        assert f'slascaler_regime{{name="llama-sla",namespace="{namespace}",regime="QueueBound"}} 1.0' in metrics or "QueueBound" in metrics
+        assert (
+            f'slascaler_actions_total{{knob="replicas",name="llama-sla",namespace="{namespace}"}}'
+            in metrics
+        )
+        assert (
+            f'slascaler_regime{{name="llama-sla",namespace="{namespace}",regime="QueueBound"}} 1.0'
+            in metrics
+            or "QueueBound" in metrics
+        )

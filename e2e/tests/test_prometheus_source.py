@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import time
 from collections.abc import Iterator, Sequence
@@ -20,6 +21,7 @@ from e2e.cluster.processes import poll
 from e2e.cluster.prometheus import PrometheusServer, Target
 from e2e.engines import Load, _Arrivals
 
+from slascaler.cli import main
 from slascaler.metrics.prometheus import PrometheusSettings, PrometheusSource
 from slascaler.metrics.promql import PodSelector, histogram_queries
 from slascaler.model.regime import Regime, analyze_observation
@@ -215,3 +217,22 @@ def test_a_deployment_without_series_holds_with_the_reason(source: PrometheusSou
         in problems
     )
     assert "no vllm:num_requests_running gauge" in problems
+
+
+def test_analyze_command_reads_a_live_deployment(
+    prometheus: PrometheusServer, source: PrometheusSource, team_a: ServedFleet
+) -> None:
+    poll(
+        _enough_data(source, "team-a", sla(), requests=20),
+        timeout=90,
+        what="a window of requests in Prometheus",
+    )
+    out = io.StringIO()
+    argv = ["analyze", "--prometheus", prometheus.url, "--namespace", "team-a",
+            "--deployment", "llama", "--window", "30s", "--objective-ms", "300"]  # fmt: skip
+    assert main(argv, out) == 0
+    text = out.getvalue()
+    assert text.startswith(f"TTFT analysis of team-a/llama over the last 30s ({prometheus.url})")
+    assert "Regime: PrefillBound" in text and "replicas will not help" in text
+    out = io.StringIO()
+    assert main([*argv[:4], "nowhere", *argv[5:], "--format", "json"], out) == 3

@@ -1,9 +1,12 @@
-"""The `slascaler` command line: `analyze` per-request TTFT samples, make `samples`.
+"""The `slascaler` command line: `run` the operator, `analyze`, `samples`, `demo`, `bench`.
 
 `slascaler analyze FILE` prints the TTFT analysis (P50/P95/P99/mean, bottleneck distribution,
-regime and what to do about it); `--format json` prints the keys of the source's
-`analyze_ttft_samples` plus the regime. Bad input prints one line naming the file, line and
-column, and exits 2. `slascaler samples` writes seeded samples of the source's scenarios.
+regime and what to do about it) of per-request samples; `--prometheus URL --namespace NS
+--deployment NAME` prints the same for a Deployment's live histograms over `--window`.
+`--format json` prints the keys of the source's `analyze_ttft_samples` plus the regime. Bad
+input prints one line naming the file, line and column, and exits 2; metrics that cannot be
+read exit 3 with the reason. `slascaler samples` writes seeded samples of the source's
+scenarios. `slascaler run` starts the operator with settings from `SLASCALER_*` variables.
 
 Entry point of the `slascaler` console script (pyproject.toml).
 """
@@ -77,7 +80,59 @@ def _print_text(name: str, report: dict[str, object], out: TextIO) -> None:
     out.write(f"  What to do: {report['advice']}\n")
 
 
+EXIT_NO_METRICS = 3
+
+
+def _emit(name: str, report: dict[str, object], args: argparse.Namespace, out: TextIO) -> None:
+    if args.format == "json":
+        json.dump(report, out, indent=2)
+        out.write("\n")
+    else:
+        _print_text(name, report, out)
+
+
+def _analyze_prometheus(args: argparse.Namespace, out: TextIO) -> int:
+    """The same analysis from a live Prometheus: the Deployment's histograms over a window."""
+    import time
+
+    from slascaler.metrics.prometheus import PrometheusSettings, PrometheusSource
+    from slascaler.model.regime import analyze_observation
+    from slascaler.spec import SpecError, parse_spec
+
+    if not (args.namespace and args.deployment):
+        print("slascaler analyze: --prometheus needs --namespace and --deployment", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        spec = parse_spec(
+            {
+                "targetRef": {"name": args.deployment},
+                "engine": args.engine,
+                "objectives": {"ttft": {"percentile": args.percentile, "thresholdMs": 1}},
+                "window": args.window,
+            }
+        )
+    except SpecError as error:
+        print(f"slascaler analyze: {error}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    source = PrometheusSource(PrometheusSettings(args.prometheus, retries=1))
+    observation = source.observe(args.namespace, spec, time.time())
+    missing = observation.missing_inputs(need_itl=False)
+    if observation.source_error or missing:
+        reason = observation.source_error or "; ".join(missing)
+        print(f"slascaler analyze: {reason}", file=sys.stderr)
+        return EXIT_NO_METRICS
+    analysis = analyze_observation(observation, args.percentile, args.objective_ms, min_requests=1)
+    name = f"{args.namespace}/{args.deployment} over the last {args.window} ({args.prometheus})"
+    _emit(name, _report(analysis), args, out)
+    return 0
+
+
 def _analyze(args: argparse.Namespace, out: TextIO) -> int:
+    if args.prometheus:
+        return _analyze_prometheus(args, out)
+    if args.file is None:
+        print("slascaler analyze: give a FILE of samples, or --prometheus URL", file=sys.stderr)
+        return EXIT_BAD_INPUT
     name = args.file
     try:
         if name == "-":
@@ -92,12 +147,7 @@ def _analyze(args: argparse.Namespace, out: TextIO) -> int:
         print(f"slascaler analyze: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
     analysis = analyze_sample_regime(samples, args.percentile, args.objective_ms)
-    report = _report(analysis)
-    if args.format == "json":
-        json.dump(report, out, indent=2)
-        out.write("\n")
-    else:
-        _print_text(name, report, out)
+    _emit(name, _report(analysis), args, out)
     return 0
 
 
@@ -207,7 +257,18 @@ def _parser() -> argparse.ArgumentParser:
         description="TTFT percentiles, bottleneck distribution and regime of per-request "
         "samples with columns queue_time_ms, tokenization_ms, prefill_ms, first_decode_ms.",
     )
-    analyze.add_argument("file", help="CSV or JSONL file of samples, or - for standard input")
+    analyze.add_argument(
+        "file", nargs="?", help="CSV or JSONL file of samples, or - for standard input"
+    )
+    analyze.add_argument(
+        "--prometheus", metavar="URL", help="analyze a Deployment's live histograms instead"
+    )
+    analyze.add_argument("--namespace", help="with --prometheus: the Deployment's namespace")
+    analyze.add_argument("--deployment", help="with --prometheus: the Deployment's name")
+    analyze.add_argument(
+        "--engine", choices=["vllm", "sglang", "tgi"], default="vllm", help="default vllm"
+    )
+    analyze.add_argument("--window", default="2m", help="with --prometheus: default 2m")
     analyze.add_argument("--format", choices=["text", "json"], default="text")
     analyze.add_argument("--percentile", type=_percentile, default=95.0, help="default 95")
     analyze.add_argument(

@@ -167,7 +167,7 @@ class Reconciler:
             + sum(c.new - (c.old or 0) for c in acted if c.knob == "replicas"),
             "readyReplicas": view.state.ready_replicas,
             "engineFlags": engine_flags(view.state) or None,
-            "observed": observed(decision, observation, spec) or None,
+            "observed": observed(decision, observation, spec, memory_out.service_rate) or None,
             "recommendation": {
                 **recommendation(decision),
                 "reasonCode": reason_code,
@@ -187,7 +187,11 @@ class Reconciler:
         if event is not None:
             self._event(sla, *event, now)
         self.telemetry.evaluated(namespace, name, spec, decision, view.state.spec_replicas)
-        log.info("%s/%s: %s", namespace, name, decision.summary())
+        rate = memory_out.service_rate
+        log.info(
+            "%s/%s: %s [μ %s req/s per replica]",
+            namespace, name, decision.summary(), f"{rate:.2f}" if rate else "unknown",
+        )  # fmt: skip
         return Evaluation(decision, acted, status)
 
     # -- acting ---------------------------------------------------------------------------

@@ -136,7 +136,12 @@ def ttft_summary(decision: Decision, spec: SLASpec) -> str:
     return f"{p} {analysis.ttft_ms:.0f}ms / {spec.ttft.threshold_ms:g}ms"
 
 
-def observed(decision: Decision, observation: Observation | None, spec: SLASpec) -> dict[str, Any]:
+def observed(
+    decision: Decision,
+    observation: Observation | None,
+    spec: SLASpec,
+    service_rate: float | None = None,
+) -> dict[str, Any]:
     if observation is None:
         return {}
     out: dict[str, Any] = {"window": f"{observation.window_s:g}s"}
@@ -161,6 +166,7 @@ def observed(decision: Decision, observation: Observation | None, spec: SLASpec)
         waiting=_finite(observation.waiting, 2),
         running=_finite(observation.running, 2),
         pods=observation.reporting_pods,
+        serviceRatePerReplica=_finite(service_rate, 3) if service_rate else None,
     )
     return {k: v for k, v in out.items() if v is not None}
 

@@ -44,10 +44,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 The RBAC rules of the operator, with the reason for each verb.
 */}}
 {{- define "slascaler.rules" -}}
-# InferenceSLAs: watched by Kopf (list, watch) and read fresh before each decision (get).
+# InferenceSLAs: watched by Kopf (list, watch) and read fresh before each decision (get);
+# patch only for Kopf's finalizer, which lets it stop an object's timer when it is deleted.
 - apiGroups: ["slascaler.io"]
   resources: ["inferenceslas"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["get", "list", "watch", "patch"]
 # Their status: written after each evaluation (patch) and read back (get).
 - apiGroups: ["slascaler.io"]
   resources: ["inferenceslas/status"]

@@ -277,11 +277,31 @@ def _judge_sla(draft: _Draft, analysis: RegimeAnalysis) -> None:
 def _calibrated_service_rate(
     draft: _Draft, observation: Observation, analysis: RegimeAnalysis
 ) -> float | None:
-    """μ per replica from this window's queueing, or the remembered one."""
+    """μ per replica from this window's queueing, or the remembered one.
+
+    Inverting the steady-state mean wait is only valid in a steady state. While the queue
+    grows (more waiting at the end of the window than on average over it, and at least one
+    request per replica), the fleet is saturated: every replica is busy, so the rate it
+    serves is c·μ, and μ = served rate / c. The inversion would instead read the transient
+    backlog's wait as a slow server and under-estimate μ, which over-sizes the scale-up and,
+    remembered, delays the scale-in after it.
+    """
     servers = observation.reporting_pods or draft.state.fleet.ready_replicas
-    calibrated = calibrate_service_rate(
-        observation.request_rate, servers, analysis.component_means_ms["queue"]
+    growing = (
+        math.isfinite(observation.waiting_now)
+        and math.isfinite(observation.waiting)
+        and observation.waiting_now
+        >= max(servers, draft.tunables.queue_growth * observation.waiting)
     )
+    if growing and servers > 0 and observation.request_rate > 0:
+        return observation.request_rate / servers
+    # A request that arrives mid-step waits for the step to end even with slots free: a queue
+    # time of about one engine step is scheduling, not contention, and says nothing of μ.
+    step_ms = observation.itl.mean if observation.itl is not None and observation.itl.count else 0
+    queue_ms = analysis.component_means_ms["queue"]
+    if not queue_ms > draft.tunables.step_alignment_steps * max(step_ms, 1.0):
+        return draft.memory.service_rate
+    calibrated = calibrate_service_rate(observation.request_rate, servers, queue_ms)
     return calibrated if calibrated is not None else draft.memory.service_rate
 
 
@@ -586,15 +606,21 @@ def _decode_bound(draft: _Draft, observation: Observation, analysis: RegimeAnaly
         and batch > batch_bounds.min
     ):
         if not _knob_blocked(draft, "maxBatchSize"):
-            target = math.floor(batch * draft.tunables.batch_step_down)
-            how = f"step ×{draft.tunables.batch_step_down:g} (no trusted latency-vs-batch fit)"
+            # A limit above what runs per replica binds nothing: step down from what runs.
+            running = observation.running / max(1, observation.reporting_pods)
+            binding = min(batch, math.ceil(running)) if math.isfinite(running) else batch
+            target = math.floor(binding * draft.tunables.batch_step_down)
+            how = (
+                f"step ×{draft.tunables.batch_step_down:g} from the {binding} running per "
+                "replica (no trusted latency-vs-batch fit)"
+            )
             fit = _trusted_batch_fit(draft)
             if fit is not None:
                 limit = largest_batch_within(
                     fit, draft.spec.itl.threshold_ms * draft.tunables.headroom
                 )
                 if limit is not None and limit < batch:
-                    target = max(limit, math.floor(batch / 2))
+                    target = max(limit, math.floor(binding / 2))
                     how = (
                         f"fitted ITL ≈ {fit.intercept:.1f} + {fit.slope:.2f}·batch ms "
                         f"(R² {fit.r_squared:.2f}, {fit.points} windows)"

@@ -38,3 +38,9 @@ class Tunables:
     batch_points_kept: int = 32
     # Cells per prefill bucket in the service-time distribution of the queueing model.
     service_cells_per_bucket: int = 8
+    # The queue is growing (the fleet saturated) when more requests wait at the end of the
+    # window than this multiple of the window's average.
+    queue_growth: float = 1.2
+    # Mean queue times under this many engine steps (mean ITL) are the wait for the running
+    # step to end, not for a slot: no calibration of the service rate on them.
+    step_alignment_steps: float = 2.0

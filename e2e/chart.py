@@ -1,0 +1,158 @@
+"""The Helm chart on the e2e cluster: `helm install/upgrade/uninstall`, and a stand-in kubelet
+for the operator's pod.
+
+KWOK pods run no containers, so `OperatorKubelet` does what a kubelet would for the chart's
+operator pod: for the Ready pod of the release's Deployment it starts `slascaler run` beside
+the cluster with that pod's environment (as rendered by the chart, so a `helm upgrade` that
+changes a value changes the process), authenticated by a token bound to that pod and its
+ServiceAccount (so the chart's RBAC is exactly what the process may do; the token dies with
+the pod). When the pod is replaced (an upgrade rolls it) the old process stops and a new one
+starts; when the process dies (SIGKILL), it is restarted, as restartPolicy Always would.
+Only the listen ports differ: a pod's IP does not exist here, so the process listens on
+free loopback ports.
+
+Used by `e2e/tests/test_scenarios.py`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e.cluster.processes import poll
+from e2e.kube import Kube, is_ready
+from e2e.operator import OperatorProcess
+
+CHART = Path(__file__).resolve().parents[1] / "charts" / "slascaler"
+LISTEN = ("SLASCALER_HEALTH_PORT", "SLASCALER_METRICS_PORT", "SLASCALER_BIND_ADDRESS")
+
+
+class HelmRelease:
+    def __init__(self, kube: Kube, name: str, namespace: str, workdir: Path) -> None:
+        self.kube, self.name, self.namespace, self.workdir = kube, name, namespace, workdir
+
+    def helm(self, *args: str) -> str:
+        result = subprocess.run(
+            [str(self.kube.bin_dir / "helm"), f"--kubeconfig={self.kube.kubeconfig}", *args],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        if result.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stderr}")
+        return result.stdout
+
+    def _values_file(self, values: dict[str, Any]) -> Path:
+        path = self.workdir / f"values-{time.monotonic_ns()}.yaml"
+        path.write_text(yaml.safe_dump(values), encoding="utf-8")
+        return path
+
+    def install(self, values: dict[str, Any]) -> str:
+        return self.helm(
+            "install", self.name, str(CHART), "--namespace", self.namespace,
+            "--create-namespace", "-f", str(self._values_file(values)), "--wait", "--timeout=90s",
+        )  # fmt: skip
+
+    def upgrade(self, values: dict[str, Any]) -> str:
+        return self.helm(
+            "upgrade", self.name, str(CHART), "--namespace", self.namespace,
+            "-f", str(self._values_file(values)), "--wait", "--timeout=90s",
+        )  # fmt: skip
+
+    def uninstall(self) -> str:
+        return self.helm("uninstall", self.name, "--namespace", self.namespace, "--wait")
+
+    @property
+    def selector(self) -> str:
+        return f"app.kubernetes.io/name=slascaler,app.kubernetes.io/instance={self.name}"
+
+
+class OperatorKubelet:
+    """Runs the operator process for the release's Ready operator pod."""
+
+    def __init__(self, release: HelmRelease, logs: Path) -> None:
+        self.release, self.kube, self.logs = release, release.kube, logs
+        self.process: OperatorProcess | None = None
+        self.pod: str | None = None
+        self.history: list[str] = []  # pods a process was started for, in order
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="operator-kubelet")
+        self.errors: list[str] = []
+
+    def start(self) -> OperatorKubelet:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        with self._lock:
+            if self.process is not None:
+                self.process.stop()
+                self.process = None
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                self._sync()
+            except Exception as error:  # noqa: BLE001 - reported by the tests that need it
+                self.errors.append(f"{type(error).__name__}: {error}")
+
+    def _sync(self) -> None:
+        pods = [
+            p for p in self.kube.pods(self.release.namespace, self.release.selector) if is_ready(p)
+        ]
+        with self._lock:
+            current = next((p for p in pods if p.metadata.name == self.pod), None)
+            if current is None and self.process is not None:
+                self.process.stop()  # the pod is gone: so is its container
+                self.process, self.pod = None, None
+            if self.process is None and pods:
+                self._run(pods[0])
+            elif self.process is not None and not self.process.service_running():
+                self.process.start()  # restartPolicy: Always
+
+    def _run(self, pod: Any) -> None:
+        container = pod.spec.containers[0]
+        env = {e.name: e.value or "" for e in container.env or [] if e.value_from is None}
+        for name in LISTEN:
+            env.pop(name, None)
+        token = self.kube.kubectl(
+            "create", "token", pod.spec.service_account_name,
+            "-n", self.release.namespace, "--bound-object-kind=Pod",
+            f"--bound-object-name={pod.metadata.name}", "--duration=2h",
+        ).stdout.strip()  # fmt: skip
+        kubeconfig = self.kube.as_token(token, self.logs / f"{pod.metadata.name}.kubeconfig")
+        process = OperatorProcess(kubeconfig.kubeconfig, env, self.logs / "operator.log")
+        process.start()
+        self.process, self.pod = process, pod.metadata.name
+        self.history.append(pod.metadata.name)
+
+    def running_env(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self.process.settings) if self.process else {}
+
+    def wait_running(self, pod_not: str | None = None, timeout: float = 60) -> OperatorProcess:
+        def up() -> OperatorProcess | None:
+            with self._lock:
+                if self.process is None or self.pod == pod_not:
+                    return None
+                return self.process if self.process.service_running() else None
+
+        return poll(up, timeout=timeout, what="the operator process for the release's pod")
+
+    def kill(self) -> None:
+        """SIGKILL the process; the loop restarts it within a second, as a kubelet would."""
+        with self._lock:
+            if self.process is not None:
+                self.process.kill()
+
+    def tail(self) -> str:
+        with self._lock:
+            return self.process.tail() if self.process else "(no operator process)"

@@ -1,0 +1,347 @@
+"""End-to-end SLA scenarios: the chart installed with `helm install`, the operator running with
+the chart's ServiceAccount and environment, a real Prometheus scraping simulated engines that
+follow the target Deployment's pods, and load changed while it runs. Each scenario asserts
+outcomes by polling with deadlines; `DeploymentHistory` records every change of the target so
+that each one announced by an Event is checked to have happened exactly once.
+
+Scenario 6 (invalid InferenceSLAs refused with messages naming the field) is
+`test_operator.py::test_explain_and_refusals_name_the_field`; Recommend mode per object is
+`test_operator.py::test_recommend_mode_changes_nothing` (here the chart's dry run is checked).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from e2e.chart import HelmRelease, OperatorKubelet
+from e2e.cluster.processes import poll
+from e2e.cluster.prometheus import PrometheusServer
+from e2e.engines import EngineFleet, Load, percentile
+from e2e.history import DeploymentHistory
+from e2e.kube import Kube, gpu_deployment, is_ready, is_unschedulable, node_gpus
+from e2e.slas import SLAWatch, inference_sla
+from e2e.tests.conftest import LogRegistry, Substrate
+from slascaler.sim.profiles import PROFILES
+
+RELEASE_NAMESPACE = "slascaler-system"
+FAST = {"scaleUpCooldown": "10s", "scaleDownStabilization": "45s", "knobCooldown": "20s"}
+A100, H100 = PROFILES["llama3-8b-a100"], PROFILES["llama3-8b-h100"]
+
+
+@pytest.fixture(scope="module")
+def release(
+    substrate: Substrate,
+    prometheus: PrometheusServer,
+    tmp_path_factory: pytest.TempPathFactory,
+    logs: LogRegistry,
+) -> Iterator[tuple[HelmRelease, OperatorKubelet]]:
+    workdir = tmp_path_factory.mktemp("chart")
+    helm = HelmRelease(substrate.admin, "slascaler", RELEASE_NAMESPACE, workdir)
+    values = {
+        "prometheusUrl": prometheus.url,
+        "reconcileInterval": "2s",
+        "prometheusRetries": 0,
+        "prometheusTimeout": "2s",
+    }
+    helm.install(values)
+    kubelet = OperatorKubelet(helm, workdir).start()
+    logs.register("operator (chart)", kubelet.tail)
+    kubelet.wait_running()
+    yield helm, kubelet
+    kubelet.close()
+    logs.unregister("operator (chart)")
+    try:
+        helm.uninstall()
+    except AssertionError:
+        pass  # already uninstalled by the last scenario
+
+
+def ready_count(kube: Kube, namespace: str, app: str) -> int:
+    return sum(1 for p in kube.pods(namespace, f"app={app}") if is_ready(p))
+
+
+def args_of_pods(kube: Kube, namespace: str, app: str) -> list[list[str]]:
+    return [list(p.spec.containers[0].args or []) for p in kube.pods(namespace, f"app={app}")]
+
+
+def flag(args: list[str], name: str) -> int:
+    return int(args[args.index(name) + 1])
+
+
+def announced(sla: SLAWatch, pattern: str) -> list[str]:
+    return [e["message"] for e in sla.events() if re.search(pattern, e["message"] or "")]
+
+
+def test_1_load_step_scales_out_then_back_in(
+    kube: Kube, namespace: str, prometheus: PrometheusServer, release: object
+) -> None:
+    kube.apply(gpu_deployment("llama", 1, args=["--max-num-seqs", "16"]), namespace=namespace)
+    poll(lambda: ready_count(kube, namespace, "llama") == 1, timeout=60, what="1 ready pod")
+    with (
+        EngineFleet(kube, prometheus, namespace, "llama", A100, Load(4.0, 1000, 100)) as engines,
+        DeploymentHistory(kube, namespace, "llama") as history,
+    ):
+        kube.apply(
+            inference_sla("llama-sla", "llama", window="20s", replicas={"min": 1, "max": 6}, behavior=FAST),
+            namespace=namespace,
+        )  # fmt: skip
+        sla = SLAWatch(kube, namespace, "llama-sla")
+        poll(lambda: sla.status().get("regime") == "Healthy", timeout=90, what="Healthy at 4 req/s")
+        assert history.replica_steps() == [], "no change while healthy"
+
+        engines.set_load(Load(16.0, 1000, 100))  # ×4
+        stepped = time.monotonic()
+        poll(lambda: sla.status().get("regime") == "QueueBound", timeout=60, what="QueueBound")
+        poll(lambda: engines.ready_replicas() >= 3, timeout=90, what="≥ 3 engines serving")
+
+        def met_again() -> bool:
+            recent = engines.client_ttft_ms(since=engines.now() - 15)
+            return len(recent) > 100 and percentile(recent, 95) <= 500
+
+        poll(met_again, timeout=150, what="client TTFT p95 ≤ 500 ms over 15 s")
+        recovered_s = time.monotonic() - stepped
+        assert recovered_s < 150
+        peak = max(c.replicas for c in history.snapshot())
+        assert 3 <= peak <= 6
+
+        engines.set_load(Load(4.0, 1000, 100))
+        last_up = history.last_change_at()
+        poll(lambda: history.snapshot()[-1].replicas <= 2, timeout=180, what="scale-in to ≤ 2")
+        downs = [c for c in history.snapshot() if c.at > last_up]
+        assert downs[0].at - last_up >= 45, "scale-in only after the 45 s stabilization window"
+
+        settled = history.snapshot()[-1]
+        quiet_until = time.monotonic() + 30
+        poll(lambda: time.monotonic() >= quiet_until, timeout=40, interval=1, what="30 s quiet")
+        assert history.snapshot()[-1] == settled, "no change during the quiet period"
+        for before, after in history.replica_steps():
+            assert announced(sla, rf"replicas {before}→{after}\b"), (before, after, sla.events())
+        print(
+            f"\nscenario 1: recovered in {recovered_s:.0f} s, peak {peak} replicas, steps {history.replica_steps()}"
+        )
+
+
+def test_2_prefill_bound_raises_chunk_size_and_a_restart_repeats_nothing(
+    kube: Kube,
+    namespace: str,
+    prometheus: PrometheusServer,
+    release: tuple[HelmRelease, OperatorKubelet],
+) -> None:
+    _, kubelet = release
+    kube.apply(
+        gpu_deployment("coder", 1, args=["--max-num-batched-tokens", "256"]), namespace=namespace
+    )
+    poll(lambda: ready_count(kube, namespace, "coder") == 1, timeout=60, what="1 ready pod")
+    with (
+        EngineFleet(kube, prometheus, namespace, "coder", H100, Load(1.5, 3000, 50)),
+        DeploymentHistory(kube, namespace, "coder") as history,
+    ):
+        kube.apply(
+            inference_sla(
+                "coder-sla", "coder", window="30s", replicas={"min": 1, "max": 4},
+                objectives={"ttft": {"percentile": 95, "thresholdMs": 200}},
+                knobs={"chunkSize": {"min": 256, "max": 8192}},
+                behavior={**FAST, "knobCooldown": "90s"},
+            ),
+            namespace=namespace,
+        )  # fmt: skip
+        sla = SLAWatch(kube, namespace, "coder-sla")
+        event = sla.wait_event("RaiseChunkForPrefill", timeout=120)
+        kubelet.kill()  # SIGKILL right after the action
+        assert event["message"].startswith("chunkSize 256→")
+        assert sla.status()["regime"] == "PrefillBound"
+
+        def rolled() -> bool:
+            pods = args_of_pods(kube, namespace, "coder")
+            return (
+                len(pods) == 1
+                and flag(pods[0], "--max-num-batched-tokens") > 256
+                and ready_count(kube, namespace, "coder") == 1
+            )
+
+        poll(rolled, timeout=60, what="the pod rolled to a larger chunk")
+        kubelet.wait_running()
+        restarted = sla.status().get("lastEvaluated")
+        poll(
+            lambda: sla.status().get("lastEvaluated") != restarted,
+            timeout=30,
+            what="the restarted operator evaluating",
+        )
+        quiet_until = time.monotonic() + 20
+        poll(
+            lambda: time.monotonic() >= quiet_until,
+            timeout=30,
+            interval=1,
+            what="20 s after the restart",
+        )
+        assert history.args_changes() == 1, "the restarted operator did not repeat the change"
+        assert history.replica_steps() == [], "prefill-bound: replicas never change"
+        assert len([e for e in sla.events() if e["reason"] == "RaiseChunkForPrefill"]) == 1
+
+
+def test_3_itl_over_target_lowers_max_batch_size(
+    kube: Kube, namespace: str, prometheus: PrometheusServer, release: object
+) -> None:
+    kube.apply(gpu_deployment("chat", 1, args=["--max-num-seqs", "64"]), namespace=namespace)
+    poll(lambda: ready_count(kube, namespace, "chat") == 1, timeout=60, what="1 ready pod")
+    with EngineFleet(kube, prometheus, namespace, "chat", A100, Load(8.0, 1000, 100)):
+        kube.apply(
+            inference_sla(
+                "chat-sla", "chat", window="20s", replicas={"min": 1, "max": 4},
+                objectives={"ttft": {"percentile": 95, "thresholdMs": 500}, "itl": {"percentile": 95, "thresholdMs": 60}},
+                knobs={"maxBatchSize": {"min": 4, "max": 256}}, behavior=FAST,
+            ),
+            namespace=namespace,
+        )  # fmt: skip
+        sla = SLAWatch(kube, namespace, "chat-sla")
+        event = sla.wait_event("LowerBatchForITL", timeout=90)
+        lowered = int(re.search(r"maxBatchSize 64→(\d+)", event["message"]).group(1))  # type: ignore[union-attr]
+        assert lowered < 64
+        poll(
+            lambda: (
+                all(
+                    flag(a, "--max-num-seqs") == lowered
+                    for a in args_of_pods(kube, namespace, "chat")
+                )
+                and ready_count(kube, namespace, "chat") >= 1
+            ),
+            timeout=60,
+            what=f"pods rolled to --max-num-seqs {lowered}",
+        )
+
+
+def test_4_gpus_exhausted_caps_replicas_and_raises_batch(
+    kube: Kube, namespace: str, prometheus: PrometheusServer, release: object
+) -> None:
+    total, used = node_gpus(kube)
+    per_pod = (total - used) // 2  # two pods fit, a third does not
+    assert per_pod >= 1
+    deployment = gpu_deployment("big", 1, args=["--max-num-seqs", "16"], gpus=per_pod)
+    kube.apply(deployment, namespace=namespace)
+    poll(lambda: ready_count(kube, namespace, "big") == 1, timeout=60, what="1 ready pod")
+    with (
+        EngineFleet(kube, prometheus, namespace, "big", A100, Load(24.0, 1000, 100)),
+        DeploymentHistory(kube, namespace, "big") as history,
+    ):
+        kube.apply(
+            inference_sla(
+                "big-sla", "big", window="20s", replicas={"min": 1, "max": 8},
+                objectives={"ttft": {"percentile": 95, "thresholdMs": 500}, "itl": {"percentile": 95, "thresholdMs": 200}},
+                knobs={"maxBatchSize": {"min": 8, "max": 64}}, behavior=FAST,
+            ),
+            namespace=namespace,
+        )  # fmt: skip
+        sla = SLAWatch(kube, namespace, "big-sla")
+        condition = sla.wait_condition("CapacityLimited", "True", "Unschedulable", timeout=120)
+        assert "cannot be scheduled" in condition["message"]
+        assert any(is_unschedulable(p) for p in kube.pods(namespace, "app=big"))
+        capped = history.snapshot()[-1].replicas
+        poll(
+            lambda: all(
+                flag(a, "--max-num-seqs") > 16 for a in args_of_pods(kube, namespace, "big")
+            ),
+            timeout=90,
+            what="max batch size raised on every pod",
+        )
+        assert history.snapshot()[-1].replicas == capped, "no scale-up while pods are unschedulable"
+        assert announced(sla, r"maxBatchSize 16→\d+")
+
+
+def test_5_prometheus_stopped_holds_then_recovers(
+    kube: Kube, namespace: str, prometheus: PrometheusServer, release: object
+) -> None:
+    kube.apply(gpu_deployment("llama", 2, args=["--max-num-seqs", "16"]), namespace=namespace)
+    poll(lambda: ready_count(kube, namespace, "llama") == 2, timeout=60, what="2 ready pods")
+    with (
+        EngineFleet(kube, prometheus, namespace, "llama", A100, Load(4.0, 1000, 100)) as engines,
+        DeploymentHistory(kube, namespace, "llama") as history,
+    ):
+        kube.apply(
+            inference_sla("llama-sla", "llama", window="20s", replicas={"min": 2, "max": 6}, behavior=FAST),
+            namespace=namespace,
+        )  # fmt: skip
+        sla = SLAWatch(kube, namespace, "llama-sla")
+        sla.wait_condition("MetricsAvailable", "True", timeout=90)
+        prometheus.stop()
+        try:
+            engines.set_load(Load(30.0, 1000, 100))  # would need more replicas, if it could see
+            condition = sla.wait_condition(
+                "MetricsAvailable", "False", "SourceUnavailable", timeout=30
+            )
+            assert f"Prometheus at {prometheus.url} did not answer" in condition["message"]
+            held_until = time.monotonic() + 15
+            poll(
+                lambda: time.monotonic() >= held_until,
+                timeout=25,
+                interval=1,
+                what="15 s without metrics",
+            )
+            assert history.replica_steps() == [], "no action without metrics"
+            sla.wait_event("HoldMetricsUnavailable")
+        finally:
+            prometheus.start()
+        sla.wait_condition("MetricsAvailable", "True", timeout=90)
+        poll(
+            lambda: history.replica_steps() != [],
+            timeout=90,
+            what="acting again once metrics are back",
+        )
+
+
+def test_9_helm_upgrade_is_followed_and_uninstall_leaves_nothing(
+    kube: Kube,
+    namespace: str,
+    prometheus: PrometheusServer,
+    release: tuple[HelmRelease, OperatorKubelet],
+) -> None:
+    helm, kubelet = release
+    before = kubelet.pod
+    helm.upgrade(
+        {
+            "prometheusUrl": prometheus.url,
+            "reconcileInterval": "2s",
+            "prometheusRetries": 0,
+            "dryRun": True,
+        }
+    )
+    kubelet.wait_running(pod_not=before)
+    assert kubelet.running_env()["SLASCALER_DRY_RUN"] == "true"
+    kube.apply(gpu_deployment("llama", 3), namespace=namespace)
+    kube.apply(
+        inference_sla("llama-sla", "llama", window="20s", replicas={"min": 1, "max": 2}),
+        namespace=namespace,
+    )
+    sla = SLAWatch(kube, namespace, "llama-sla")
+    event = sla.wait_event("RecommendBoundsEnforced")
+    assert "would change replicas 3→2 (dry run (SLASCALER_DRY_RUN))" in event["message"]
+    assert kube.apps.read_namespaced_deployment("llama", namespace).spec.replicas == 3
+
+    helm.uninstall()
+    kubelet.close()
+    selector = f"app.kubernetes.io/instance={helm.name}"
+    for kind in (
+        "deployments",
+        "serviceaccounts",
+        "services",
+        "roles",
+        "rolebindings",
+        "poddisruptionbudgets",
+    ):
+        left = kube.get_json(kind, "-n", RELEASE_NAMESPACE, "-l", selector)["items"]
+        assert left == [], (kind, left)
+    for kind in ("clusterroles", "clusterrolebindings"):
+        assert kube.get_json(kind, "-l", selector)["items"] == [], kind
+    poll(lambda: not kube.pods(RELEASE_NAMESPACE, selector), timeout=30, what="operator pods gone")
+    # CRDs stay (Helm never deletes crds/), and with them every InferenceSLA users declared,
+    # each still holding Kopf's finalizer; the README's way to release one works.
+    kube.kubectl("get", "crd", "inferenceslas.slascaler.io")
+    assert sla.get()["metadata"]["finalizers"] == ["kopf.zalando.org/KopfFinalizerMarker"]
+    kube.kubectl(
+        "patch", "inferencesla", "llama-sla", "-n", namespace, "--type=merge",
+        "-p", '{"metadata":{"finalizers":null}}',
+    )  # fmt: skip
+    kube.kubectl("delete", "inferencesla", "llama-sla", "-n", namespace, "--timeout=20s")
