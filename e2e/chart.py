@@ -101,7 +101,7 @@ class OperatorKubelet:
         while not self._stop.wait(0.5):
             try:
                 self._sync()
-            except Exception as error:  # noqa: BLE001 - reported by the tests that need it
+            except Exception as error:
                 self.errors.append(f"{type(error).__name__}: {error}")
 
     def _sync(self) -> None:

@@ -8,6 +8,7 @@ changed (no duplicate action after a restart, none during a quiet period or a ho
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ class DeploymentHistory:
         while not self._stop.wait(self.interval):
             try:
                 self._read()
-            except Exception:  # noqa: BLE001, S112 - the next read will tell
+            except Exception:
                 continue
 
     def snapshot(self) -> list[Change]:
@@ -64,13 +65,13 @@ class DeploymentHistory:
         changes = self.snapshot()
         return [
             (a.replicas, b.replicas)
-            for a, b in zip(changes, changes[1:], strict=False)
+            for a, b in itertools.pairwise(changes)
             if a.replicas != b.replicas
         ]
 
     def args_changes(self) -> int:
         changes = self.snapshot()
-        return sum(1 for a, b in zip(changes, changes[1:], strict=False) if a.args != b.args)
+        return sum(1 for a, b in itertools.pairwise(changes) if a.args != b.args)
 
     def last_change_at(self) -> float:
         return self.snapshot()[-1].at

@@ -122,6 +122,7 @@ def gpu_deployment(
     gpus: int = 1,
     image: str = "vllm/vllm-openai:v0.11.0",
     labels: Mapping[str, str] | None = None,
+    max_unavailable: int | str = "25%",
 ) -> dict[str, Any]:
     """A Deployment like a vLLM server's: one engine container asking for GPUs."""
     selector = {"app": name}
@@ -132,6 +133,10 @@ def gpu_deployment(
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector},
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxUnavailable": max_unavailable, "maxSurge": "25%"},
+            },
             "template": {
                 "metadata": {"labels": selector},
                 "spec": {

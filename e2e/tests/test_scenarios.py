@@ -11,12 +11,13 @@ Scenario 6 (invalid InferenceSLAs refused with messages naming the field) is
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import re
 import time
 from collections.abc import Iterator
 
 import pytest
-
 from e2e.chart import HelmRelease, OperatorKubelet
 from e2e.cluster.processes import poll
 from e2e.cluster.prometheus import PrometheusServer
@@ -25,6 +26,7 @@ from e2e.history import DeploymentHistory
 from e2e.kube import Kube, gpu_deployment, is_ready, is_unschedulable, node_gpus
 from e2e.slas import SLAWatch, inference_sla
 from e2e.tests.conftest import LogRegistry, Substrate
+
 from slascaler.sim.profiles import PROFILES
 
 RELEASE_NAMESPACE = "slascaler-system"
@@ -54,10 +56,19 @@ def release(
     yield helm, kubelet
     kubelet.close()
     logs.unregister("operator (chart)")
-    try:
+    with contextlib.suppress(AssertionError):  # already uninstalled by the last scenario
         helm.uninstall()
-    except AssertionError:
-        pass  # already uninstalled by the last scenario
+
+
+def span(low: int, high: int) -> dict[str, int]:
+    return {"min": low, "max": high}
+
+
+def objectives(ttft_ms: float, itl_ms: float) -> dict[str, dict[str, float]]:
+    return {
+        "ttft": {"percentile": 95, "thresholdMs": ttft_ms},
+        "itl": {"percentile": 95, "thresholdMs": itl_ms},
+    }
 
 
 def ready_count(kube: Kube, namespace: str, app: str) -> int:
@@ -86,7 +97,7 @@ def test_1_load_step_scales_out_then_back_in(
         DeploymentHistory(kube, namespace, "llama") as history,
     ):
         kube.apply(
-            inference_sla("llama-sla", "llama", window="20s", replicas={"min": 1, "max": 6}, behavior=FAST),
+            inference_sla("llama-sla", "llama", window="20s", replicas=span(1, 6), behavior=FAST),
             namespace=namespace,
         )  # fmt: skip
         sla = SLAWatch(kube, namespace, "llama-sla")
@@ -109,10 +120,11 @@ def test_1_load_step_scales_out_then_back_in(
         assert 3 <= peak <= 6
 
         engines.set_load(Load(4.0, 1000, 100))
-        last_up = history.last_change_at()
         poll(lambda: history.snapshot()[-1].replicas <= 2, timeout=180, what="scale-in to ≤ 2")
-        downs = [c for c in history.snapshot() if c.at > last_up]
-        assert downs[0].at - last_up >= 45, "scale-in only after the 45 s stabilization window"
+        pairs = list(itertools.pairwise(history.snapshot()))
+        first_down = next(b.at for a, b in pairs if b.replicas < a.replicas)
+        last_up = max(b.at for a, b in pairs if b.replicas > a.replicas and b.at < first_down)
+        assert first_down - last_up >= 45, "scale-in only after the 45 s stabilization window"
 
         settled = history.snapshot()[-1]
         quiet_until = time.monotonic() + 30
@@ -121,7 +133,8 @@ def test_1_load_step_scales_out_then_back_in(
         for before, after in history.replica_steps():
             assert announced(sla, rf"replicas {before}→{after}\b"), (before, after, sla.events())
         print(
-            f"\nscenario 1: recovered in {recovered_s:.0f} s, peak {peak} replicas, steps {history.replica_steps()}"
+            f"\nscenario 1: recovered in {recovered_s:.0f} s, peak {peak} replicas, "
+            f"steps {history.replica_steps()}"
         )
 
 
@@ -192,7 +205,7 @@ def test_3_itl_over_target_lowers_max_batch_size(
         kube.apply(
             inference_sla(
                 "chat-sla", "chat", window="20s", replicas={"min": 1, "max": 4},
-                objectives={"ttft": {"percentile": 95, "thresholdMs": 500}, "itl": {"percentile": 95, "thresholdMs": 60}},
+                objectives=objectives(ttft_ms=500, itl_ms=60),
                 knobs={"maxBatchSize": {"min": 4, "max": 256}}, behavior=FAST,
             ),
             namespace=namespace,
@@ -220,7 +233,10 @@ def test_4_gpus_exhausted_caps_replicas_and_raises_batch(
     total, used = node_gpus(kube)
     per_pod = (total - used) // 2  # two pods fit, a third does not
     assert per_pod >= 1
-    deployment = gpu_deployment("big", 1, args=["--max-num-seqs", "16"], gpus=per_pod)
+    # Changing a flag at capacity needs a rollout that may take a pod down (no GPU is free).
+    deployment = gpu_deployment(
+        "big", 1, args=["--max-num-seqs", "16"], gpus=per_pod, max_unavailable=1
+    )
     kube.apply(deployment, namespace=namespace)
     poll(lambda: ready_count(kube, namespace, "big") == 1, timeout=60, what="1 ready pod")
     with (
@@ -230,7 +246,7 @@ def test_4_gpus_exhausted_caps_replicas_and_raises_batch(
         kube.apply(
             inference_sla(
                 "big-sla", "big", window="20s", replicas={"min": 1, "max": 8},
-                objectives={"ttft": {"percentile": 95, "thresholdMs": 500}, "itl": {"percentile": 95, "thresholdMs": 200}},
+                objectives=objectives(ttft_ms=500, itl_ms=200),
                 knobs={"maxBatchSize": {"min": 8, "max": 64}}, behavior=FAST,
             ),
             namespace=namespace,
@@ -239,15 +255,21 @@ def test_4_gpus_exhausted_caps_replicas_and_raises_batch(
         condition = sla.wait_condition("CapacityLimited", "True", "Unschedulable", timeout=120)
         assert "cannot be scheduled" in condition["message"]
         assert any(is_unschedulable(p) for p in kube.pods(namespace, "app=big"))
-        capped = history.snapshot()[-1].replicas
-        poll(
-            lambda: all(
-                flag(a, "--max-num-seqs") > 16 for a in args_of_pods(kube, namespace, "big")
-            ),
-            timeout=90,
-            what="max batch size raised on every pod",
-        )
-        assert history.snapshot()[-1].replicas == capped, "no scale-up while pods are unschedulable"
+        capped = max(c.replicas for c in history.snapshot())
+
+        def raised() -> bool:
+            pods = kube.pods(namespace, "app=big")
+            return len(pods) == 2 and all(
+                is_ready(p) and flag(p.spec.containers[0].args, "--max-num-seqs") > 16 for p in pods
+            )
+
+        poll(raised, timeout=120, what="the 2 schedulable pods rolled to a larger batch")
+        assert (capped, 2) in history.replica_steps(), "Pending pods dropped for the rollout"
+        settled = history.snapshot()[-1]
+        quiet_until = time.monotonic() + 15
+        poll(lambda: time.monotonic() >= quiet_until, timeout=25, interval=1, what="15 s more")
+        assert history.snapshot()[-1].replicas == settled.replicas == 2, "no further scale-up"
+        sla.wait_condition("CapacityLimited", "True", "GPUsExhausted", timeout=10)
         assert announced(sla, r"maxBatchSize 16→\d+")
 
 
@@ -261,7 +283,7 @@ def test_5_prometheus_stopped_holds_then_recovers(
         DeploymentHistory(kube, namespace, "llama") as history,
     ):
         kube.apply(
-            inference_sla("llama-sla", "llama", window="20s", replicas={"min": 2, "max": 6}, behavior=FAST),
+            inference_sla("llama-sla", "llama", window="20s", replicas=span(2, 6), behavior=FAST),
             namespace=namespace,
         )  # fmt: skip
         sla = SLAWatch(kube, namespace, "llama-sla")

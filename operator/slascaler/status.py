@@ -43,6 +43,8 @@ def memory_to_status(memory: PolicyMemory) -> dict[str, Any]:
         "lastKnobChangeAt": memory.last_knob_change_at,
         "firstSeenAt": memory.first_seen_at,
         "serviceRate": memory.service_rate,
+        "gpuLimit": memory.gpu_limit,
+        "gpuLimitAt": memory.gpu_limit_at,
         "recommendations": [[r.at, r.replicas] for r in memory.recommendations],
         "batchPoints": [list(p) for p in memory.batch_points],
     }
@@ -55,6 +57,15 @@ def _optional_time(raw: Mapping[str, Any], key: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValueError(f"{key} is {value!r}")
     return float(value)
+
+
+def _optional_count(raw: Mapping[str, Any], key: str) -> int | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{key} is {value!r}")
+    return value
 
 
 def _pairs(raw: object, key: str) -> list[tuple[float, float]]:
@@ -87,6 +98,8 @@ def memory_from_status(raw: object) -> tuple[PolicyMemory, str | None]:
                 last_scale_down_at=_optional_time(raw, "lastScaleDownAt"),
                 last_knob_change_at=_optional_time(raw, "lastKnobChangeAt"),
                 first_seen_at=_optional_time(raw, "firstSeenAt"),
+                gpu_limit=_optional_count(raw, "gpuLimit"),
+                gpu_limit_at=_optional_time(raw, "gpuLimitAt"),
                 service_rate=rate if rate is not None and rate > 0 else None,
                 recommendations=tuple(
                     Recommendation(at, int(n))

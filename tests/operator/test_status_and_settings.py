@@ -29,6 +29,8 @@ def memories(draw: st.DrawFn) -> PolicyMemory:
         last_knob_change_at=draw(maybe_time),
         first_seen_at=draw(maybe_time),
         service_rate=draw(st.none() | st.floats(0.001, 1e4)),
+        gpu_limit=draw(st.none() | st.integers(1, 1000)),
+        gpu_limit_at=draw(maybe_time),
         recommendations=tuple(
             Recommendation(at, n)
             for at, n in draw(st.lists(st.tuples(times, st.integers(1, 10_000)), max_size=5))

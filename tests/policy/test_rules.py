@@ -160,6 +160,34 @@ def test_unschedulable_pods_stop_scale_up() -> None:
     assert decision.replicas == 6
 
 
+def test_at_gpu_capacity_pending_pods_are_dropped_for_the_batch_rollout() -> None:
+    sla = spec(knobs=KNOBS, objectives=ITL)
+    state = PolicyState(fleet(replicas=6, ready_replicas=4, unschedulable_pods=2), settled())
+    decision = decide(sla, high_load(), state, NOW)
+    assert decision.replicas == 4 and decision.max_batch_size is not None
+    assert decision.max_batch_size > 64
+    assert decision.memory_if_applied.gpu_limit == 4
+    assert "2 Pending pods serve nothing" in decision.reason
+
+
+def test_at_gpu_capacity_no_batch_rollout_without_room_to_take_a_pod_down() -> None:
+    sla = spec(knobs=KNOBS, objectives=ITL)
+    busy = fleet(replicas=6, ready_replicas=4, unschedulable_pods=2, max_unavailable=0)
+    decision = decide(sla, high_load(), PolicyState(busy, settled()), NOW)
+    assert not decision.acts
+    assert "maxUnavailable to 1 or more" in decision.reason
+
+
+def test_remembered_gpu_limit_caps_scale_up_until_it_expires() -> None:
+    memory = settled(gpu_limit=4, gpu_limit_at=NOW - 60)
+    decision = decide(spec(), high_load(), PolicyState(fleet(), memory), NOW)
+    capacity = decision.condition("CapacityLimited")
+    assert not decision.acts and capacity is not None and capacity.reason == "GPUsExhausted"
+    expired = settled(gpu_limit=4, gpu_limit_at=NOW - 600)
+    later = decide(spec(), high_load(), PolicyState(fleet(), expired), NOW)
+    assert later.replicas > 4
+
+
 def test_batch_not_raised_when_the_batch_limit_does_not_bind() -> None:
     sla = spec(replicas={"min": 1, "max": 4}, knobs=KNOBS, objectives=ITL)
     observation = replace(high_load(), running=4 * 10.0)  # type: ignore[type-var]

@@ -8,7 +8,8 @@
 - the engine flags from the engine container's command line (`engine_args`); a flag that is
   absent means the engine's default, which is said in `notes`;
 - another autoscaler: an HPA or a KEDA ScaledObject in the namespace targeting the same
-  Deployment (KEDA not installed is not an error).
+  Deployment (KEDA not installed is not an error);
+- how many pods a rolling update may take down (the strategy's maxUnavailable, resolved).
 
 Raises `TargetMissing` when the Deployment does not exist. Called by `reconcile`, once to
 decide and once more just before acting (to re-validate the decision).
@@ -16,6 +17,7 @@ decide and once more just before acting (to re-validate the decision).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -106,6 +108,19 @@ def rollout_in_progress(deployment: Json) -> bool:
     return bool(updated < wanted or status.get("replicas", 0) > updated)
 
 
+def max_unavailable(deployment: Json) -> int:
+    """Pods a rolling update may take down, as the Deployment controller resolves it."""
+    spec = deployment["spec"]
+    replicas = int(spec.get("replicas", 1))
+    strategy = spec.get("strategy") or {}
+    if strategy.get("type") == "Recreate":
+        return replicas
+    value = (strategy.get("rollingUpdate") or {}).get("maxUnavailable", "25%")
+    if isinstance(value, str) and value.endswith("%"):
+        return math.floor(replicas * float(value[:-1]) / 100)  # rounded down, as Kubernetes does
+    return int(value)
+
+
 def _unschedulable(clients: Clients, namespace: str, deployment: Json) -> int:
     selector = label_selector(deployment["spec"]["selector"])
     pods = raw(clients.core.list_namespaced_pod, namespace, label_selector=selector)["items"]
@@ -187,5 +202,6 @@ def read_fleet(clients: Clients, namespace: str, spec: SLASpec) -> FleetView:
         chunk_size=flags["chunkSize"],
         rollout_in_progress=rollout_in_progress(deployment),
         other_autoscaler=other_autoscaler(clients, namespace, spec.target.name),
+        max_unavailable=max_unavailable(deployment),
     )
     return FleetView(state, deployment, str(container["name"]), line, tuple(notes))

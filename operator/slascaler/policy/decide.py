@@ -279,21 +279,24 @@ def _calibrated_service_rate(
 ) -> float | None:
     """μ per replica from this window's queueing, or the remembered one.
 
-    Inverting the steady-state mean wait is only valid in a steady state. While the queue
-    grows (more waiting at the end of the window than on average over it, and at least one
-    request per replica), the fleet is saturated: every replica is busy, so the rate it
-    serves is c·μ, and μ = served rate / c. The inversion would instead read the transient
-    backlog's wait as a slow server and under-estimate μ, which over-sizes the scale-up and,
-    remembered, delays the scale-in after it.
+    When the replicas' batches are full over the window (requests running per replica at the
+    max batch size) every slot is busy: the fleet serves at capacity, c·μ, so μ = served
+    rate / c. That holds while a backlog builds up and while it drains. Inverting the
+    steady-state mean wait instead would read a transient backlog's wait as a slow server
+    and under-estimate μ, over-sizing the scale-up and, remembered, delaying the scale-in.
+    Waiting requests alone do not show saturation: a backlog queued at one replica stays
+    there (requests are routed on arrival) while the others have free slots.
+    The inversion is used for the mild queueing of a fleet below saturation.
     """
     servers = observation.reporting_pods or draft.state.fleet.ready_replicas
-    growing = (
-        math.isfinite(observation.waiting_now)
-        and math.isfinite(observation.waiting)
-        and observation.waiting_now
-        >= max(servers, draft.tunables.queue_growth * observation.waiting)
+    batch = draft.state.fleet.max_batch_size
+    running = observation.running / servers if servers > 0 else math.nan
+    saturated = (
+        batch is not None
+        and math.isfinite(running)
+        and running >= draft.tunables.batch_saturation * batch
     )
-    if growing and servers > 0 and observation.request_rate > 0:
+    if saturated and observation.request_rate > 0:
         return observation.request_rate / servers
     # A request that arrives mid-step waits for the step to end even with slots free: a queue
     # time of about one engine step is scheduling, not contention, and says nothing of μ.
@@ -397,7 +400,29 @@ def _scale_up_to(draft: _Draft, wanted: int, why: str) -> int:
             f"not adding replicas; {why}"
         )
         draft.flag("CapacityLimited", Status.TRUE, "Unschedulable", "CapacityLimited", message)
+        draft.memory = replace(
+            draft.memory,
+            gpu_limit=max(1, current - fleet.unschedulable_pods),
+            gpu_limit_at=draft.now,
+        )
         return current
+    memory = draft.memory
+    if (
+        memory.gpu_limit is not None
+        and memory.gpu_limit_at is not None
+        and draft.now - memory.gpu_limit_at < tunables.gpu_limit_memory_s
+    ):
+        # The GPUs held this many replicas a moment ago: asking for more would only make
+        # Pending pods again. Retried once the memory expires (GPUs may have been freed).
+        retry = tunables.gpu_limit_memory_s - (draft.now - memory.gpu_limit_at)
+        if current >= memory.gpu_limit:
+            message = (
+                f"the GPUs held {memory.gpu_limit} replicas {draft.now - memory.gpu_limit_at:.0f} s "
+                f"ago: not adding replicas for {retry:.0f} s more; {why}"
+            )
+            draft.flag("CapacityLimited", Status.TRUE, "GPUsExhausted", "CapacityLimited", message)
+            return current
+        target = min(target, memory.gpu_limit)
     if current >= spec.replicas.max:
         message = f"at spec.replicas.max = {spec.replicas.max}; {why}"
         draft.flag("CapacityLimited", Status.TRUE, "AtMaxReplicas", "CapacityLimited", message)
@@ -505,6 +530,27 @@ def _raise_batch_at_capacity(
         return
     if _knob_blocked(draft, "maxBatchSize"):
         return
+    fleet = draft.state.fleet
+    if fleet.unschedulable_pods > 0:
+        # The rolling update that changes the flag needs a GPU: with none free, only a pod
+        # the rollout may take down makes room, and Pending pods would keep the rollout from
+        # ever counting as available. So: drop the Pending pods (they serve nothing), and
+        # change the flag only if the Deployment lets the rollout take a pod down.
+        if fleet.max_unavailable < 1:
+            draft.say(
+                "HoldNoRolloutRoom",
+                "raising maxBatchSize rolls the Deployment, and with no GPU free the rollout "
+                "can only proceed by taking a pod down: set the Deployment's "
+                "spec.strategy.rollingUpdate.maxUnavailable to 1 or more",
+            )
+            return
+        trimmed = max(draft.spec.replicas.min, draft.replicas - fleet.unschedulable_pods)
+        if trimmed < draft.replicas:
+            draft.note(
+                f"replicas {draft.replicas}→{trimmed}: {fleet.unschedulable_pods} Pending pods "
+                "serve nothing and would block the rollout"
+            )
+            draft.replicas = trimmed
     target = math.ceil(current * draft.tunables.batch_step_up)
     fit = _trusted_batch_fit(draft)
     if fit is not None and draft.spec.itl is not None:

@@ -24,6 +24,7 @@ class FleetState:
     chunk_size: int | None = None  # the engine's current chunk (token budget) flag, if known
     rollout_in_progress: bool = False  # a rolling update has not finished
     other_autoscaler: str | None = None  # e.g. "HorizontalPodAutoscaler/llama" if one targets it
+    max_unavailable: int = 1  # pods a rolling update may take down (the Deployment's strategy)
 
     @property
     def starting_pods(self) -> int:
@@ -50,6 +51,8 @@ class PolicyMemory:
     batch_points: tuple[tuple[float, float], ...] = ()  # (running per replica, ITL ms)
     service_rate: float | None = None  # calibrated requests/s one replica serves
     first_seen_at: float | None = None  # first decision with data (stabilization needs history)
+    gpu_limit: int | None = None  # replicas the GPUs held when pods last went unschedulable
+    gpu_limit_at: float | None = None
 
     def remembering(
         self,

@@ -38,9 +38,8 @@ class Tunables:
     batch_points_kept: int = 32
     # Cells per prefill bucket in the service-time distribution of the queueing model.
     service_cells_per_bucket: int = 8
-    # The queue is growing (the fleet saturated) when more requests wait at the end of the
-    # window than this multiple of the window's average.
-    queue_growth: float = 1.2
+    # After pods went unschedulable, scale-ups stop at the count the GPUs held, this long.
+    gpu_limit_memory_s: float = 300.0
     # Mean queue times under this many engine steps (mean ITL) are the wait for the running
     # step to end, not for a slot: no calibration of the service rate on them.
     step_alignment_steps: float = 2.0

@@ -56,6 +56,7 @@ class SlascalerController:
             max_batch_size=fleet.settings.max_num_seqs,
             chunk_size=fleet.settings.max_num_batched_tokens,
             rollout_in_progress=fleet.rollout_in_progress,
+            max_unavailable=math.floor(fleet.desired * 0.25),  # the Deployment default, 25%
         )
         decision = decide(
             self.spec, fleet.observation(self.spec.window_s), PolicyState(state, self.memory), now
