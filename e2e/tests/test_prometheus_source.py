@@ -213,10 +213,10 @@ def test_a_deployment_without_series_holds_with_the_reason(source: PrometheusSou
     assert observation.source_error is None
     problems = " ".join(observation.problems)
     assert (
-        "no vllm:time_to_first_token_seconds series from pods of ghost in namespace nowhere"
-        in problems
-    )
-    assert "no vllm:num_requests_running gauge" in problems
+        "no vllm:time_to_first_token_seconds, vllm:request_queue_time_seconds, "
+        "vllm:request_prefill_time_seconds, vllm:inter_token_latency_seconds, "
+        "vllm:num_requests_running series from pods of ghost in namespace nowhere"
+    ) in problems
 
 
 def test_analyze_command_reads_a_live_deployment(

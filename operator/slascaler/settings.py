@@ -11,6 +11,7 @@ Called by `slascaler run` (cli) and the tests.
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ VARIABLES: Mapping[str, str] = {
     "SLASCALER_RECONCILE_INTERVAL": "how often each InferenceSLA is evaluated (default 15s)",
     "SLASCALER_DRY_RUN": "true to treat every InferenceSLA as mode Recommend (default false)",
     "SLASCALER_PEERING": "Kopf peering name for HA (one active instance); empty: standalone",
-    "SLASCALER_PRIORITY": "this instance's peering priority; the highest is active (default 0)",
+    "SLASCALER_PRIORITY": "peering priority, the highest is active (default: random per process)",
     "SLASCALER_HEALTH_PORT": "port of the liveness endpoint /healthz (default 8080; 0: off)",
     "SLASCALER_METRICS_PORT": "port of the operator's own /metrics (default 8000; 0: off)",
     "SLASCALER_BIND_ADDRESS": "address the two endpoints listen on (default 0.0.0.0)",
@@ -40,6 +41,10 @@ VARIABLES: Mapping[str, str] = {
 _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no", ""}
+
+
+def draw_priority() -> int:
+    return 1 + secrets.randbelow(2**30)
 
 
 class SettingsError(ValueError):
@@ -147,7 +152,12 @@ class Settings:
             reconcile_interval_s=interval,
             dry_run=boolean("SLASCALER_DRY_RUN"),
             peering=text("SLASCALER_PEERING") or None,
-            priority=integer("SLASCALER_PRIORITY", 0, -(2**31), 2**31 - 1),
+            # Kopf freezes every instance that shares the highest priority, so replicas of one
+            # Deployment (same environment) draw distinct ones unless told otherwise.
+            priority=integer(
+                "SLASCALER_PRIORITY", draw_priority() if "SLASCALER_PRIORITY" not in env else 0,
+                -(2**31), 2**31 - 1,
+            ),  # fmt: skip
             health_port=integer("SLASCALER_HEALTH_PORT", 8080, 0, 65535),
             metrics_port=integer("SLASCALER_METRICS_PORT", 8000, 0, 65535),
             bind_address=text("SLASCALER_BIND_ADDRESS", "0.0.0.0") or "0.0.0.0",

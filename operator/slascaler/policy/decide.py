@@ -414,11 +414,12 @@ def _scale_up_to(draft: _Draft, wanted: int, why: str) -> int:
     ):
         # The GPUs held this many replicas a moment ago: asking for more would only make
         # Pending pods again. Retried once the memory expires (GPUs may have been freed).
-        retry = tunables.gpu_limit_memory_s - (draft.now - memory.gpu_limit_at)
+        since = draft.now - memory.gpu_limit_at
+        retry = tunables.gpu_limit_memory_s - since
         if current >= memory.gpu_limit:
             message = (
-                f"the GPUs held {memory.gpu_limit} replicas {draft.now - memory.gpu_limit_at:.0f} s "
-                f"ago: not adding replicas for {retry:.0f} s more; {why}"
+                f"the GPUs held {memory.gpu_limit} replicas {since:.0f} s ago: not adding "
+                f"replicas for {retry:.0f} s more; {why}"
             )
             draft.flag("CapacityLimited", Status.TRUE, "GPUsExhausted", "CapacityLimited", message)
             return current
