@@ -162,8 +162,10 @@ def node_gpus(kube: Kube) -> tuple[int, int]:
     from e2e.cluster.processes import poll
 
     poll(
-        lambda: not any(
-            p.metadata.deletion_timestamp for p in kube.core.list_pod_for_all_namespaces().items
+        lambda: (
+            not any(
+                p.metadata.deletion_timestamp for p in kube.core.list_pod_for_all_namespaces().items
+            )
         ),
         timeout=60,
         what="no pod terminating",

@@ -49,6 +49,7 @@ class LogRegistry:
 
 
 LOGS = LogRegistry()
+START_SECONDS = pytest.StashKey[float]()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -104,9 +105,7 @@ def substrate(request: pytest.FixtureRequest, binaries: Path) -> Iterator[Substr
             raise
         kubeconfig = cluster.kubeconfig
     elapsed = time.monotonic() - started
-    (Path(tempfile.gettempdir()) / "slascaler-e2e-last-start.txt").write_text(
-        f"{elapsed:.1f}\n", encoding="utf-8"
-    )
+    request.config.stash[START_SECONDS] = elapsed
     try:
         yield Substrate(bin_dir, kubeconfig, Kube(kubeconfig, bin_dir), cluster, elapsed, workdir)
     finally:
@@ -118,11 +117,9 @@ def substrate(request: pytest.FixtureRequest, binaries: Path) -> Iterator[Substr
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    marker = Path(tempfile.gettempdir()) / "slascaler-e2e-last-start.txt"
-    if marker.exists():
-        seconds = marker.read_text(encoding="utf-8").strip()
-        terminalreporter.write_line(f"e2e substrate: control plane up in {seconds} s")
-        marker.unlink()
+    seconds = terminalreporter.config.stash.get(START_SECONDS, None)
+    if seconds is not None:
+        terminalreporter.write_line(f"e2e substrate: control plane up in {seconds:.1f} s")
 
 
 @pytest.fixture(scope="session")
