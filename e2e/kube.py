@@ -158,18 +158,17 @@ def gpu_deployment(
 
 def node_gpus(kube: Kube) -> tuple[int, int]:
     """(allocatable nvidia.com/gpu over nodes, GPUs requested by pods bound to nodes), once no
-    pod is terminating (a namespace of an earlier test may still be going away)."""
+    namespace or pod is terminating (an earlier test's namespace may still be going away)."""
     from e2e.cluster.processes import poll
 
-    poll(
-        lambda: (
-            not any(
-                p.metadata.deletion_timestamp for p in kube.core.list_pod_for_all_namespaces().items
-            )
-        ),
-        timeout=60,
-        what="no pod terminating",
-    )
+    def settled() -> bool:
+        namespaces = kube.core.list_namespace().items
+        pods = kube.core.list_pod_for_all_namespaces().items
+        return not any(n.status.phase == "Terminating" for n in namespaces) and not any(
+            p.metadata.deletion_timestamp for p in pods
+        )
+
+    poll(settled, timeout=90, what="no namespace or pod terminating")
     total = sum(
         int((n.status.allocatable or {}).get(GPU, "0")) for n in kube.core.list_node().items
     )
