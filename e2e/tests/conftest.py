@@ -1,7 +1,9 @@
 """Fixtures of the e2e suite: the cluster, Prometheus, a namespace per test, log tails on failure.
 
 - `substrate` (session): the binaries (built or reused), and a local control plane — or the
-  cluster named by `--kubeconfig` (e.g. kind with KWOK GPU nodes, see e2e/kind/README.md).
+  cluster named by `--kubeconfig` or `SLASCALER_E2E_KUBECONFIG` (e.g. kind with KWOK GPU
+  nodes, see e2e/kind/README.md; never the ambient KUBECONFIG, so that no test touches a
+  cluster by accident).
 - `prometheus` (session): a real Prometheus whose targets a test sets (file discovery).
 - `namespace` (per test): a fresh namespace labelled `slascaler.io/e2e=true`, deleted after.
 - A failing test gets the tails of every substrate log (and of logs its fixtures registered
@@ -84,7 +86,9 @@ def binaries() -> Path:
 def substrate(request: pytest.FixtureRequest, binaries: Path) -> Iterator[Substrate]:
     bin_dir = binaries
     workdir = Path(tempfile.mkdtemp(prefix="slascaler-e2e-"))
-    existing = request.config.getoption("--kubeconfig")
+    existing = request.config.getoption("--kubeconfig") or os.environ.get(
+        "SLASCALER_E2E_KUBECONFIG"
+    )
     cluster = None
     started = time.monotonic()
     if existing:

@@ -19,6 +19,7 @@ from dataclasses import replace
 import pytest
 from e2e.cluster.processes import poll
 from e2e.cluster.prometheus import PrometheusServer, Target
+from e2e.engine_formats import EngineFormatFleet
 from e2e.engines import Load, _Arrivals
 
 from slascaler.cli import main
@@ -28,7 +29,7 @@ from slascaler.model.regime import Regime, analyze_observation
 from slascaler.sim.exposition import RealtimeFleet
 from slascaler.sim.fleet import EngineSettings, Fleet
 from slascaler.sim.profiles import PROFILES
-from slascaler.spec import SLASpec, TargetRef, parse_spec
+from slascaler.spec import Engine, SLASpec, TargetRef, parse_spec
 
 WINDOW_S = 30
 
@@ -236,3 +237,45 @@ def test_analyze_command_reads_a_live_deployment(
     assert "Regime: PrefillBound" in text and "replicas will not help" in text
     out = io.StringIO()
     assert main([*argv[:4], "nowhere", *argv[5:], "--format", "json"], out) == 3
+
+
+@pytest.mark.parametrize("engine", ["sglang", "tgi"])
+def test_sglang_and_tgi_metrics_through_a_real_prometheus(
+    prometheus: PrometheusServer, source: PrometheusSource, engine: str
+) -> None:
+    """Each engine's own names, labels and missing series: the source reads them, derives what
+    the engine does not export, and reaches the regime the same window has in vLLM's format."""
+    fleet = Fleet(PROFILES["llama3-8b-a100"], 2, EngineSettings(16, 2048))
+    server = EngineFormatFleet(engine, fleet)
+    with server.lock:
+        fleet.feed(_Arrivals(Load(rate=20.0, prompt=1000, output=100), 0.0, 3, itertools.count()))
+    namespace, pods = (
+        f"{engine}-ns",
+        [f"llama-5c9d8b7f6-{engine[:3]}0a", f"llama-5c9d8b7f6-{engine[:3]}1b"],
+    )
+    server.__enter__()
+    try:
+        prometheus.set_targets(
+            "engines",
+            [
+                Target(
+                    f"127.0.0.1:{server.port}",
+                    {"__metrics_path__": f"/metrics/{r.name}", "namespace": namespace, "pod": pod},
+                )
+                for r, pod in zip(fleet.replicas, pods, strict=True)
+            ],
+            engine,
+        )
+        spec = replace(sla(itl=True), engine=Engine(engine))
+        observation = poll(
+            _enough_data(source, namespace, spec, requests=100),
+            timeout=90,
+            what=f"{engine} series in Prometheus",
+        )
+        assert observation.derived, "the series the engine lacks is approximated, and said so"
+        ours = analyze_observation(observation, 95, 300, 95, 200)
+        assert ours.regime is Regime.QUEUE_BOUND
+        assert ours.itl_ms > 0 and observation.reporting_pods == 2
+    finally:
+        prometheus.set_targets("engines", [], engine)
+        server.__exit__()

@@ -138,6 +138,9 @@ class Settings:
                 "SLASCALER_LOG_LEVEL", f"{level!r} is not DEBUG, INFO, WARNING or ERROR"
             )
         interval = duration("SLASCALER_RECONCILE_INTERVAL", "15s")
+        # Kopf freezes every instance that shares the highest priority, so replicas of one
+        # Deployment (same environment) draw distinct ones unless told otherwise.
+        default_priority = draw_priority() if "SLASCALER_PRIORITY" not in env else 0
         if interval < 1:
             raise SettingsError("SLASCALER_RECONCILE_INTERVAL", "must be at least 1s")
         return cls(
@@ -152,12 +155,7 @@ class Settings:
             reconcile_interval_s=interval,
             dry_run=boolean("SLASCALER_DRY_RUN"),
             peering=text("SLASCALER_PEERING") or None,
-            # Kopf freezes every instance that shares the highest priority, so replicas of one
-            # Deployment (same environment) draw distinct ones unless told otherwise.
-            priority=integer(
-                "SLASCALER_PRIORITY", draw_priority() if "SLASCALER_PRIORITY" not in env else 0,
-                -(2**31), 2**31 - 1,
-            ),  # fmt: skip
+            priority=integer("SLASCALER_PRIORITY", default_priority, -(2**31), 2**31 - 1),
             health_port=integer("SLASCALER_HEALTH_PORT", 8080, 0, 65535),
             metrics_port=integer("SLASCALER_METRICS_PORT", 8000, 0, 65535),
             bind_address=text("SLASCALER_BIND_ADDRESS", "0.0.0.0") or "0.0.0.0",
