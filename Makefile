@@ -38,7 +38,7 @@ substrate:
 
 ## e2e: the e2e suite on a local control plane and Prometheus (or --kubeconfig, see e2e/kind)
 e2e: $(STAMP) substrate
-	$(BIN)/pytest --e2e e2e/tests $(E2E_ARGS)
+	$(BIN)/pytest --e2e e2e/tests --durations=15 $(E2E_ARGS)
 
 ## cluster-up / cluster-down: the local control plane by hand (prints the KUBECONFIG)
 cluster-up: $(STAMP) substrate

@@ -16,6 +16,7 @@ import itertools
 import re
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from e2e.chart import HelmRelease, OperatorKubelet
@@ -71,6 +72,16 @@ def objectives(ttft_ms: float, itl_ms: float) -> dict[str, dict[str, float]]:
     }
 
 
+def deploy(kube: Kube, namespace: str, name: str, replicas: int, **spec: Any) -> None:
+    """Apply a GPU Deployment and wait for all its pods to be Ready."""
+    kube.apply(gpu_deployment(name, replicas, **spec), namespace=namespace)
+    poll(
+        lambda: ready_count(kube, namespace, name) == replicas,
+        timeout=60,
+        what=f"{replicas} ready pods of {name}",
+    )
+
+
 def ready_count(kube: Kube, namespace: str, app: str) -> int:
     return sum(1 for p in kube.pods(namespace, f"app={app}") if is_ready(p))
 
@@ -90,8 +101,7 @@ def announced(sla: SLAWatch, pattern: str) -> list[str]:
 def test_1_load_step_scales_out_then_back_in(
     kube: Kube, namespace: str, prometheus: PrometheusServer, release: object
 ) -> None:
-    kube.apply(gpu_deployment("llama", 1, args=["--max-num-seqs", "16"]), namespace=namespace)
-    poll(lambda: ready_count(kube, namespace, "llama") == 1, timeout=60, what="1 ready pod")
+    deploy(kube, namespace, "llama", 1, args=["--max-num-seqs", "16"])
     with (
         EngineFleet(kube, prometheus, namespace, "llama", A100, Load(4.0, 1000, 100)) as engines,
         DeploymentHistory(kube, namespace, "llama") as history,
@@ -153,10 +163,7 @@ def test_2_prefill_bound_raises_chunk_size_and_a_restart_repeats_nothing(
     release: tuple[HelmRelease, OperatorKubelet],
 ) -> None:
     _, kubelet = release
-    kube.apply(
-        gpu_deployment("coder", 1, args=["--max-num-batched-tokens", "256"]), namespace=namespace
-    )
-    poll(lambda: ready_count(kube, namespace, "coder") == 1, timeout=60, what="1 ready pod")
+    deploy(kube, namespace, "coder", 1, args=["--max-num-batched-tokens", "256"])
     with (
         EngineFleet(kube, prometheus, namespace, "coder", H100, Load(1.5, 3000, 50)),
         DeploymentHistory(kube, namespace, "coder") as history,
@@ -207,8 +214,7 @@ def test_2_prefill_bound_raises_chunk_size_and_a_restart_repeats_nothing(
 def test_3_itl_over_target_lowers_max_batch_size(
     kube: Kube, namespace: str, prometheus: PrometheusServer, release: object
 ) -> None:
-    kube.apply(gpu_deployment("chat", 1, args=["--max-num-seqs", "64"]), namespace=namespace)
-    poll(lambda: ready_count(kube, namespace, "chat") == 1, timeout=60, what="1 ready pod")
+    deploy(kube, namespace, "chat", 1, args=["--max-num-seqs", "64"])
     with EngineFleet(kube, prometheus, namespace, "chat", A100, Load(8.0, 1000, 100)):
         kube.apply(
             inference_sla(
@@ -242,11 +248,9 @@ def test_4_gpus_exhausted_caps_replicas_and_raises_batch(
     per_pod = (total - used) // 2  # two pods fit, a third does not
     assert per_pod >= 1
     # Changing a flag at capacity needs a rollout that may take a pod down (no GPU is free).
-    deployment = gpu_deployment(
-        "big", 1, args=["--max-num-seqs", "16"], gpus=per_pod, max_unavailable=1
+    deploy(
+        kube, namespace, "big", 1, args=["--max-num-seqs", "16"], gpus=per_pod, max_unavailable=1
     )
-    kube.apply(deployment, namespace=namespace)
-    poll(lambda: ready_count(kube, namespace, "big") == 1, timeout=60, what="1 ready pod")
     with (
         EngineFleet(kube, prometheus, namespace, "big", A100, Load(24.0, 1000, 100)),
         DeploymentHistory(kube, namespace, "big") as history,
@@ -283,8 +287,7 @@ def test_4_gpus_exhausted_caps_replicas_and_raises_batch(
 def test_5_prometheus_stopped_holds_then_recovers(
     kube: Kube, namespace: str, prometheus: PrometheusServer, release: object
 ) -> None:
-    kube.apply(gpu_deployment("llama", 2, args=["--max-num-seqs", "16"]), namespace=namespace)
-    poll(lambda: ready_count(kube, namespace, "llama") == 2, timeout=60, what="2 ready pods")
+    deploy(kube, namespace, "llama", 2, args=["--max-num-seqs", "16"])
     with (
         EngineFleet(kube, prometheus, namespace, "llama", A100, Load(4.0, 1000, 100)) as engines,
         DeploymentHistory(kube, namespace, "llama") as history,
