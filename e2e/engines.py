@@ -144,14 +144,6 @@ class EngineFleet:
         with self.server.lock:
             return self.fleet.ready_replicas
 
-    def replica_flags(self) -> dict[str, EngineSettings]:
-        with self.server.lock:
-            return {
-                r.name: EngineSettings(r.max_num_seqs, r.max_num_batched_tokens)
-                for r in self.fleet.replicas
-                if r.name in self.fleet.live_names()
-            }
-
     def _watch(self) -> None:
         while not self._stop.wait(self.poll_s):
             try:

@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 
 from slascaler.engines import ENGINES
 from slascaler.kube.actuation import TargetChanged, patch_status, post_event, scale, set_flags
-from slascaler.kube.clients import Clients, Json, describe
+from slascaler.kube.clients import Clients, Json, describe, kube_time
 from slascaler.kube.fleet import ContainerMissing, FleetView, TargetMissing, read_fleet
 from slascaler.metrics.source import MetricSource
 from slascaler.policy import Change, Condition, Decision, PolicyState, Tunables, decide
@@ -42,7 +42,6 @@ from slascaler.status import (
     merge_conditions,
     observed,
     recommendation,
-    timestamp,
     ttft_summary,
 )
 from slascaler.telemetry import Telemetry
@@ -160,7 +159,7 @@ class Reconciler:
 
         status = {
             "observedGeneration": meta.get("generation"),
-            "lastEvaluated": timestamp(now),
+            "lastEvaluated": kube_time(now),
             "regime": str(decision.regime),
             "ttft": ttft_summary(decision, spec),
             "replicas": view.state.spec_replicas
@@ -178,7 +177,7 @@ class Reconciler:
             "conditions": merge_conditions(
                 previous.get("conditions"),
                 list(conditions.values()),
-                now,
+                kube_time(now),
                 meta.get("generation", 0),
             ),
             "memory": memory_to_status(memory_out),
@@ -226,7 +225,7 @@ class Reconciler:
                 ),
             )
         action = {
-            "time": timestamp(now),
+            "time": kube_time(now),
             "change": _changes(decision.changes),
             "reasonCode": decision.reason_code,
             "reason": decision.reason,
@@ -290,10 +289,10 @@ class Reconciler:
         ]
         status = {
             "observedGeneration": meta.get("generation"),
-            "lastEvaluated": timestamp(now),
+            "lastEvaluated": kube_time(now),
             "regime": "Unknown",
             "conditions": merge_conditions(
-                previous.get("conditions"), conditions, now, meta.get("generation", 0)
+                previous.get("conditions"), conditions, kube_time(now), meta.get("generation", 0)
             ),
         }
         self._write_status(meta["namespace"], meta["name"], status)

@@ -7,28 +7,22 @@ memory. `memory_to_status` / `memory_from_status` round-trip `PolicyMemory` thro
 memory that cannot be read (edited by hand, an older format) gives a fresh memory and a note,
 never an exception, so a restarted operator resumes where it stopped and never crashes on it.
 
-Pure (no I/O, times are arguments). Called by `reconcile`.
+Pure (no I/O; the time is an argument, already formatted as Kubernetes writes it). Called by
+`reconcile`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slascaler.model.observation import Observation
 from slascaler.policy import Condition, Decision, FleetState, PolicyMemory
-from slascaler.policy.decision import Status
 from slascaler.policy.state import Recommendation
 from slascaler.spec import SLASpec
 
 MEMORY_FORMAT = 1
-
-
-def timestamp(epoch_s: float) -> str:
-    """RFC 3339 UTC with seconds, as Kubernetes writes times."""
-    return dt.datetime.fromtimestamp(epoch_s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _finite(value: float, digits: int = 1) -> float | None:
@@ -114,7 +108,7 @@ def memory_from_status(raw: object) -> tuple[PolicyMemory, str | None]:
 
 
 def merge_conditions(
-    previous: object, current: Sequence[Condition], now: float, generation: int
+    previous: object, current: Sequence[Condition], now: str, generation: int
 ) -> list[dict[str, Any]]:
     """Conditions for the status; a condition keeps its transition time while unchanged."""
     before: dict[str, Mapping[str, Any]] = {}
@@ -132,7 +126,7 @@ def merge_conditions(
                 "status": str(condition.status),
                 "reason": condition.reason,
                 "message": condition.message,
-                "lastTransitionTime": timestamp(now)
+                "lastTransitionTime": now
                 if changed or not isinstance(old, Mapping) or "lastTransitionTime" not in old
                 else old["lastTransitionTime"],
                 "observedGeneration": generation,
@@ -204,7 +198,3 @@ def engine_flags(fleet: FleetState) -> dict[str, int]:
     if fleet.chunk_size is not None:
         flags["chunkSize"] = fleet.chunk_size
     return flags
-
-
-def condition(type_: str, status: Status, reason: str, message: str) -> Condition:
-    return Condition(type_, status, reason, message)

@@ -67,9 +67,15 @@ def test_unusable_memory_starts_afresh_with_a_note(garbage: object) -> None:
 
 
 def test_conditions_keep_their_transition_time_until_the_status_changes() -> None:
-    first = merge_conditions(None, [Condition("SLAMet", Status.TRUE, "Met", "")], 1000.0, 1)
-    same = merge_conditions(first, [Condition("SLAMet", Status.TRUE, "Met", "x")], 2000.0, 1)
-    flipped = merge_conditions(same, [Condition("SLAMet", Status.FALSE, "Missed", "")], 3000.0, 2)
+    first = merge_conditions(
+        None, [Condition("SLAMet", Status.TRUE, "Met", "")], "1970-01-01T00:16:40Z", 1
+    )
+    same = merge_conditions(
+        first, [Condition("SLAMet", Status.TRUE, "Met", "x")], "1970-01-01T00:33:20Z", 1
+    )
+    flipped = merge_conditions(
+        same, [Condition("SLAMet", Status.FALSE, "Missed", "")], "1970-01-01T00:50:00Z", 2
+    )
     assert first[0]["lastTransitionTime"] == same[0]["lastTransitionTime"] == "1970-01-01T00:16:40Z"
     assert flipped[0]["lastTransitionTime"] == "1970-01-01T00:50:00Z"
     assert flipped[0]["observedGeneration"] == 2

@@ -17,7 +17,6 @@ Called by `reconcile` only.
 
 from __future__ import annotations
 
-import datetime as dt
 import secrets
 from collections.abc import Mapping
 from typing import Any
@@ -26,7 +25,7 @@ from kubernetes.client import CoreV1Event
 from kubernetes.client.exceptions import ApiException
 
 from slascaler.engine_args import CommandLine, with_flag
-from slascaler.kube.clients import GROUP, KIND, PLURAL, VERSION, Clients, Json, raw
+from slascaler.kube.clients import GROUP, KIND, PLURAL, VERSION, Clients, Json, kube_time, raw
 from slascaler.kube.fleet import command_line, engine_container
 
 CONFLICT_RETRIES = 3
@@ -118,7 +117,7 @@ def post_event(
 ) -> None:
     """A core/v1 Event on the InferenceSLA (message truncated to the API's 1 KiB limit)."""
     metadata = sla["metadata"]
-    stamp = dt.datetime.fromtimestamp(now, dt.UTC)
+    stamp = kube_time(now)
     body = {
         "apiVersion": "v1",
         "kind": "Event",
@@ -140,8 +139,8 @@ def post_event(
         "source": {"component": "slascaler"},
         "reportingComponent": "slascaler",
         "reportingInstance": "slascaler",
-        "firstTimestamp": stamp.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "lastTimestamp": stamp.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
         "count": 1,
     }
     event = CoreV1Event.from_dict(body)

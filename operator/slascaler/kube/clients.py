@@ -10,6 +10,7 @@ Used by `kube.fleet`, `kube.actuation` and `reconcile`.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +62,11 @@ def raw(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Json:
     response = call(*args, _preload_content=False, **kwargs)
     data: Json = json.loads(response.data)
     return data
+
+
+def kube_time(epoch_s: float) -> str:
+    """RFC 3339 UTC with seconds, as Kubernetes writes times."""
+    return dt.datetime.fromtimestamp(epoch_s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def not_found(error: ApiException) -> bool:
