@@ -115,6 +115,11 @@ class Reconciler:
         except ContainerMissing as error:
             self.telemetry.reconciles.labels(namespace, name, "target_missing").inc()
             return self._not_evaluated(sla, "ContainerNotFound", str(error), now)
+        except ApiException as error:  # e.g. RBAC refusing a read: say so, retry next interval
+            self.telemetry.errors.labels("kubernetes").inc()
+            self.telemetry.reconciles.labels(namespace, name, "kubernetes_error").inc()
+            message = f"reading the target failed: {describe(error)}"
+            return self._not_evaluated(sla, "KubernetesError", message, now)
 
         memory, memory_note = memory_from_status(previous.get("memory"))
         observation = self.source.observe(namespace, spec, now)

@@ -5,7 +5,7 @@ Names follow Prometheus conventions (`slascaler_` prefix, base units, `_total` c
 | metric | type | labels |
 |---|---|---|
 | slascaler_reconciles_total | counter | namespace, name, result (evaluated, invalid_spec, |
-|  |  | target_missing) |
+|  |  | target_missing, kubernetes_error) |
 | slascaler_reconcile_duration_seconds | histogram | — |
 | slascaler_decisions_total | counter | namespace, name, reason (the decision's reason code) |
 | slascaler_actions_total | counter | namespace, name, knob (replicas, maxBatchSize, chunkSize) |
