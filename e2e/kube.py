@@ -1,8 +1,8 @@
 """Small Kubernetes helpers for the e2e tests: clients, manifests, pod states, kubectl.
 
-Manifests are plain dicts; `Kube` bundles the API clients of one identity (admin, or a
-ServiceAccount's token) with the helpers the tests need: namespaces, GPU Deployments, pods of
-a Deployment and their states, `kubectl` with the same identity. Used by `e2e/tests`.
+Manifests are plain dicts; `Kube` extends the operator's own `Clients` of one identity
+(admin, or a ServiceAccount's token) with what the tests need: `kubectl` as that identity,
+GPU Deployments, pods of a Deployment and their states. Used by `e2e/tests` and the playground.
 """
 
 from __future__ import annotations
@@ -10,44 +10,34 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from kubernetes import client, config
 
+from slascaler.kube.clients import Clients
+
 GPU = "nvidia.com/gpu"
 
 
-@dataclass
-class Kube:
+@dataclass(frozen=True)
+class Kube(Clients):
+    """The operator's API clients for one identity, plus kubectl and helpers with the same
+    kubeconfig."""
+
     kubeconfig: Path
     bin_dir: Path
-    api: client.ApiClient = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.api = config.new_client_from_config(config_file=str(self.kubeconfig))
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-    @property
-    def apps(self) -> client.AppsV1Api:
-        return client.AppsV1Api(self.api)
-
-    @property
-    def custom(self) -> client.CustomObjectsApi:
-        return client.CustomObjectsApi(self.api)
+    @classmethod
+    def connect(cls, kubeconfig: Path, bin_dir: Path) -> Kube:
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+        return cls(api, kubeconfig, bin_dir)
 
     @property
     def rbac(self) -> client.RbacAuthorizationV1Api:
         return client.RbacAuthorizationV1Api(self.api)
-
-    @property
-    def autoscaling(self) -> client.AutoscalingV2Api:
-        return client.AutoscalingV2Api(self.api)
 
     def kubectl(
         self, *args: str, stdin: str | None = None, check: bool = True
@@ -66,7 +56,7 @@ class Kube:
 
     def as_token(self, token: str, path: Path) -> Kube:
         """The same cluster as another identity: a kubeconfig with a bearer token."""
-        return Kube(token_kubeconfig(self.kubeconfig, token, path), self.bin_dir)
+        return Kube.connect(token_kubeconfig(self.kubeconfig, token, path), self.bin_dir)
 
     def apply(self, *documents: Mapping[str, Any], namespace: str | None = None) -> None:
         text = yaml.safe_dump_all([dict(d) for d in documents])

@@ -57,7 +57,7 @@ def main() -> int:
     else:
         cluster = LocalCluster(bin_dir, workdir / "cluster").up()
         kubeconfig = cluster.kubeconfig
-    kube = Kube(kubeconfig, bin_dir)
+    kube = Kube.connect(kubeconfig, bin_dir)
     prometheus = PrometheusServer(bin_dir / "prometheus", workdir / "prometheus").start()
     operator = None
     try:

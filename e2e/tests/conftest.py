@@ -111,7 +111,9 @@ def substrate(request: pytest.FixtureRequest, binaries: Path) -> Iterator[Substr
     elapsed = time.monotonic() - started
     request.config.stash[START_SECONDS] = elapsed
     try:
-        yield Substrate(bin_dir, kubeconfig, Kube(kubeconfig, bin_dir), cluster, elapsed, workdir)
+        yield Substrate(
+            bin_dir, kubeconfig, Kube.connect(kubeconfig, bin_dir), cluster, elapsed, workdir
+        )
     finally:
         if cluster is not None:
             cluster.down()
