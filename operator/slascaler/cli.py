@@ -309,9 +309,11 @@ def _parser() -> argparse.ArgumentParser:
     operator = commands.add_parser(
         "run",
         help="run the operator (settings from SLASCALER_* environment variables)",
-        description="Run the slascaler operator against the cluster of the in-cluster "
-        "service account or of the kubeconfig (KUBECONFIG). Settings: "
-        + "; ".join(f"{name}: {text}" for name, text in _variables().items()),
+        description="Run the slascaler operator against the cluster of the in-cluster\n"
+        "service account, or of the kubeconfig (KUBECONFIG).",
+        epilog="settings (environment variables):\n"
+        + "\n".join(f"  {name:<43} {text}" for name, text in _variables().items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     operator.set_defaults(run=_run)
     return parser
