@@ -283,3 +283,53 @@ def test_queue_bound_load_scales_out(
             in metrics
             or "QueueBound" in metrics
         )
+
+
+KEDA_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "scaledobjects.keda.sh"},
+    "spec": {
+        "group": "keda.sh",
+        "scope": "Namespaced",
+        "names": {"kind": "ScaledObject", "plural": "scaledobjects", "singular": "scaledobject"},
+        "versions": [
+            {
+                "name": "v1alpha1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+def test_a_keda_scaled_object_means_hands_off(
+    kube: Kube, namespace: str, operator: OperatorProcess
+) -> None:
+    """KEDA's own CRD shape (only the fields slascaler reads matter): its ScaledObject on the
+    same Deployment is a conflict too."""
+    kube.apply(KEDA_CRD)
+    kube.kubectl("wait", "--for=condition=Established", "crd/scaledobjects.keda.sh")
+    kube.apply(gpu_deployment("llama", 3), namespace=namespace)
+    scaled = {
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": "llama-keda"},
+        "spec": {"scaleTargetRef": {"name": "llama"}, "minReplicaCount": 1, "maxReplicaCount": 8},
+    }
+    kube.apply(scaled, namespace=namespace)
+    kube.apply(
+        inference_sla("llama-sla", "llama", window="20s", replicas={"min": 1, "max": 2}),
+        namespace=namespace,
+    )
+    sla = SLAWatch(kube, namespace, "llama-sla")
+    condition = sla.wait_condition("Conflict", "True", "OtherAutoscaler")
+    assert "ScaledObject/llama-keda also targets llama" in condition["message"]
+    assert kube.apps.read_namespaced_deployment("llama", namespace).spec.replicas == 3
