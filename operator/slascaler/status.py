@@ -29,18 +29,24 @@ def _finite(value: float, digits: int = 1) -> float | None:
     return round(value, digits) if math.isfinite(value) else None
 
 
+def _rounded(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
 def memory_to_status(memory: PolicyMemory) -> dict[str, Any]:
+    """The memory as JSON; times to 0.01 s and measurements to 0.01, enough for what they
+    decide and short enough to read in `kubectl describe`."""
     return {
         "format": MEMORY_FORMAT,
-        "lastScaleUpAt": memory.last_scale_up_at,
-        "lastScaleDownAt": memory.last_scale_down_at,
-        "lastKnobChangeAt": memory.last_knob_change_at,
-        "firstSeenAt": memory.first_seen_at,
-        "serviceRate": memory.service_rate,
+        "lastScaleUpAt": _rounded(memory.last_scale_up_at, 2),
+        "lastScaleDownAt": _rounded(memory.last_scale_down_at, 2),
+        "lastKnobChangeAt": _rounded(memory.last_knob_change_at, 2),
+        "firstSeenAt": _rounded(memory.first_seen_at, 2),
+        "serviceRate": _rounded(memory.service_rate, 4),
         "gpuLimit": memory.gpu_limit,
-        "gpuLimitAt": memory.gpu_limit_at,
-        "recommendations": [[r.at, r.replicas] for r in memory.recommendations],
-        "batchPoints": [list(p) for p in memory.batch_points],
+        "gpuLimitAt": _rounded(memory.gpu_limit_at, 2),
+        "recommendations": [[round(r.at, 2), r.replicas] for r in memory.recommendations],
+        "batchPoints": [[round(x, 2), round(y, 2)] for x, y in memory.batch_points],
     }
 
 

@@ -66,7 +66,13 @@ class PolicyMemory:
         """This memory with one more window recorded; records older than the window dropped."""
         recommendations = tuple(r for r in self.recommendations if r.at > now - window_s)
         if recommendation is not None:
-            recommendations = (*recommendations, Recommendation(now, recommendation))
+            # Only the latest time of each count matters to "the highest count recommended
+            # within the window", so earlier entries of the same count are dropped: the
+            # memory (kept in the status) stays as short as the counts are few.
+            recommendations = (
+                *(r for r in recommendations if r.replicas != recommendation),
+                Recommendation(now, recommendation),
+            )
         points = self.batch_points
         if batch_point is not None:
             points = (*points, batch_point)[-keep_points:]
