@@ -28,8 +28,14 @@ def test_gpu_pods_run_ready_on_fake_gpu_nodes(kube: Kube, namespace: str) -> Non
         node = nodes[pod.spec.node_name]
         assert int(node.status.allocatable[GPU]) >= 1
         assert pod.status.pod_ip, "KWOK gives each pod an IP"
-    deployment = kube.apps.read_namespaced_deployment("llama", namespace)
-    assert deployment.status.ready_replicas == 3
+
+    # The Deployment controller counts pod readiness after the kubelet reports it, so its
+    # status may lag the pods by a sync: wait for it rather than read it once.
+    def deployment_ready() -> bool:
+        status = kube.apps.read_namespaced_deployment("llama", namespace).status
+        return status.ready_replicas == 3 and status.available_replicas == 3
+
+    poll(deployment_ready, timeout=30, what="the Deployment to count 3 ready replicas")
 
 
 def test_pods_beyond_the_free_gpus_stay_pending_unschedulable(kube: Kube, namespace: str) -> None:
