@@ -19,6 +19,7 @@ from e2e.operator import OperatorProcess
 from e2e.slas import GROUP, PLURAL, VERSION, SLAWatch, inference_sla, install_crd
 from e2e.tests.conftest import LogRegistry, Substrate
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from slascaler.sim.profiles import PROFILES
 
@@ -199,10 +200,12 @@ def test_recommend_mode_changes_nothing(
     recommendation = sla.status()["recommendation"]
     assert (recommendation["replicas"], recommendation["maxBatchSize"]) == (2, 64)
     generation = kube.apps.read_namespaced_deployment("llama", namespace).metadata.generation
+    # Two more evaluations (lastEvaluated has a one-second resolution, the interval is 2 s).
+    evaluations = [sla.status()["lastEvaluated"]]
     poll(
-        lambda: sla.status().get("lastEvaluated") and len(sla.events()) >= 1,
-        timeout=10,
-        what="more evaluations",
+        lambda: evaluations.append(sla.status()["lastEvaluated"]) or len(set(evaluations)) >= 3,
+        timeout=15,
+        what="two more evaluations",
     )
     deployment = kube.apps.read_namespaced_deployment("llama", namespace)
     assert deployment.spec.replicas == 4 and deployment.metadata.generation == generation
@@ -273,16 +276,21 @@ def test_queue_bound_load_scales_out(
         event = sla.wait_event("ScaleUp", timeout=60)
         assert event["message"].startswith("replicas 1→")
         poll(lambda: engines.ready_replicas() >= 2, timeout=60, what="the new engines serving")
-        metrics = operator.metrics()
-        assert (
-            f'slascaler_actions_total{{knob="replicas",name="llama-sla",namespace="{namespace}"}}'
-            in metrics
-        )
-        assert (
-            f'slascaler_regime{{name="llama-sla",namespace="{namespace}",regime="QueueBound"}} 1.0'
-            in metrics
-            or "QueueBound" in metrics
-        )
+        samples = {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(operator.metrics())
+            for sample in family.samples
+        }
+        sla_labels = (("name", "llama-sla"), ("namespace", namespace))
+        actions = samples[("slascaler_actions_total", (("knob", "replicas"), *sla_labels))]
+        assert actions >= 1
+        regimes = {
+            dict(labels)["regime"]: value
+            for (metric, labels), value in samples.items()
+            if metric == "slascaler_regime" and set(sla_labels) <= set(labels)
+        }
+        assert "QueueBound" in regimes, regimes
+        assert sorted(regimes.values()) == [0.0] * (len(regimes) - 1) + [1.0], regimes
 
 
 KEDA_CRD = {

@@ -170,7 +170,7 @@ class Reconciler:
             "replicas": view.state.spec_replicas
             + sum(c.new - (c.old or 0) for c in acted if c.knob == "replicas"),
             "readyReplicas": view.state.ready_replicas,
-            "engineFlags": engine_flags(view.state) or None,
+            "engineFlags": engine_flags(view.state, acted) or None,
             "observed": observed(decision, observation, spec, memory_out.service_rate) or None,
             "recommendation": {
                 **recommendation(decision),

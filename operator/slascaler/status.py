@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slascaler.model.observation import Observation
-from slascaler.policy import Condition, Decision, FleetState, PolicyMemory
+from slascaler.policy import Change, Condition, Decision, FleetState, PolicyMemory
 from slascaler.policy.state import Recommendation
 from slascaler.spec import SLASpec
 
@@ -197,10 +197,14 @@ def recommendation(decision: Decision) -> dict[str, Any]:
     return out
 
 
-def engine_flags(fleet: FleetState) -> dict[str, int]:
+def engine_flags(fleet: FleetState, acted: Sequence[Change] = ()) -> dict[str, int]:
+    """The engine flags the Deployment carries, after the changes just made to it."""
     flags = {}
     if fleet.max_batch_size is not None:
         flags["maxBatchSize"] = fleet.max_batch_size
     if fleet.chunk_size is not None:
         flags["chunkSize"] = fleet.chunk_size
+    for change in acted:
+        if change.knob != "replicas":
+            flags[change.knob] = change.new
     return flags

@@ -11,11 +11,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slascaler.policy import Condition, PolicyMemory
+from slascaler.policy import Change, Condition, FleetState, PolicyMemory
 from slascaler.policy.decision import Status
 from slascaler.policy.state import Recommendation
 from slascaler.settings import Settings, SettingsError
-from slascaler.status import memory_from_status, memory_to_status, merge_conditions
+from slascaler.status import (
+    engine_flags,
+    memory_from_status,
+    memory_to_status,
+    merge_conditions,
+)
 
 times = st.floats(0, 2e9, allow_nan=False)
 maybe_time = st.none() | times
@@ -103,6 +108,17 @@ def test_conditions_keep_their_transition_time_until_the_status_changes() -> Non
     assert first[0]["lastTransitionTime"] == same[0]["lastTransitionTime"] == "1970-01-01T00:16:40Z"
     assert flipped[0]["lastTransitionTime"] == "1970-01-01T00:50:00Z"
     assert flipped[0]["observedGeneration"] == 2
+
+
+def test_engine_flags_describe_the_deployment_after_the_changes_just_made() -> None:
+    fleet = FleetState(spec_replicas=4, ready_replicas=4, max_batch_size=512)
+    assert engine_flags(fleet) == {"maxBatchSize": 512}
+    acted = (
+        Change("replicas", 4, 3),
+        Change("maxBatchSize", 512, 64),
+        Change("chunkSize", None, 2048),
+    )
+    assert engine_flags(fleet, acted) == {"maxBatchSize": 64, "chunkSize": 2048}
 
 
 def test_settings_defaults() -> None:
