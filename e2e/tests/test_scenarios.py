@@ -28,6 +28,7 @@ from e2e.kube import Kube, gpu_deployment, is_ready, node_gpus
 from e2e.slas import SLAWatch, inference_sla
 from e2e.tests.conftest import LogRegistry, Substrate
 
+from slascaler.policy.decision import PACING_HOLDS
 from slascaler.sim.profiles import PROFILES
 
 RELEASE_NAMESPACE = "slascaler-system"
@@ -150,6 +151,9 @@ def test_1_load_step_scales_out_then_back_in(
         assert settled.replicas < peak
         for before, after in history.replica_steps():
             assert announced(sla, rf"replicas {before}→{after}\b"), (before, after, sla.events())
+        # The cooldowns and starting pods between the scale-ups are in the status, not Events.
+        reasons = {event["reason"] for event in sla.events()}
+        assert not reasons & PACING_HOLDS, reasons
         print(
             f"\nscenario 1: recovered in {recovered_s:.0f} s, peak {peak} replicas, "
             f"steps {history.replica_steps()}"

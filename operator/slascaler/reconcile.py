@@ -12,7 +12,8 @@
    the action (write-ahead), so an operator killed in between restarts into the cooldown
    instead of repeating the action; if the action fails, the memory without it is restored.
 5. Write the status and post Events: one per action, and one whenever the reason for holding
-   or recommending changes (so a steady hold is one event, not one per interval).
+   or recommending changes (so a steady hold is one event, not one per interval), except for
+   the holds that only pace an earlier action (cooldowns, pods starting, a rollout).
 
 Called by the Kopf timer in `wiring` and by the e2e tests; the clock is passed in.
 """
@@ -158,6 +159,7 @@ class Reconciler:
                 event = ("Normal", f"Recommend{decision.reason_code}", message)
         elif (
             decision.reason_code != "NoChange"
+            and not decision.pacing
             and (previous.get("recommendation") or {}).get("reasonCode") != decision.reason_code
         ):
             event = ("Normal", decision.reason_code, decision.reason)

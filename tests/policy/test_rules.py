@@ -114,6 +114,7 @@ def test_too_few_requests_hold() -> None:
     decision = decide(spec(), observation_from_samples(samples, at=NOW), PolicyState(fleet()), NOW)
     assert not decision.acts
     assert decision.reason_code == "HoldTooFewRequests"
+    assert not decision.pacing, "a hold for a reason of its own is an Event"
     assert decision.regime is Regime.UNKNOWN
 
 
@@ -134,12 +135,14 @@ def test_no_new_scale_up_while_pods_start() -> None:
     assert not decision.acts
     assert decision.reason_code == "HoldPodsStarting"
     assert "2 pods" in decision.reason
+    assert decision.pacing, "a hold that only waits for the last scale-up is not an Event"
 
 
 def test_no_scale_up_within_the_cooldown() -> None:
     state = PolicyState(fleet(), settled(last_scale_up_at=NOW - 10))
     decision = decide(spec(), high_load(), state, NOW)
     assert not decision.acts and decision.reason_code == "HoldScaleUpCooldown"
+    assert decision.pacing
 
 
 def test_at_max_replicas_capacity_limited_and_batch_raised() -> None:

@@ -15,6 +15,12 @@ from slascaler.policy.state import PolicyMemory
 
 Knob = Literal["replicas", "maxBatchSize", "chunkSize"]
 
+# Holds that only pace an earlier action (its pods or rollout still coming up, a cooldown):
+# every action would be followed by them, so they are said in the status, not as Events.
+PACING_HOLDS = frozenset(
+    {"HoldPodsStarting", "HoldScaleUpCooldown", "HoldKnobCooldown", "HoldRollout"}
+)
+
 
 class Status(StrEnum):
     TRUE = "True"
@@ -67,6 +73,11 @@ class Decision:
     @property
     def acts(self) -> bool:
         return bool(self.changes)
+
+    @property
+    def pacing(self) -> bool:
+        """True for a hold that only waits for an earlier action to take effect."""
+        return self.reason_code in PACING_HOLDS
 
     def condition(self, condition_type: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == condition_type), None)
