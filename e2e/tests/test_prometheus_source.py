@@ -103,7 +103,7 @@ def team_a(prometheus: PrometheusServer) -> Iterator[ServedFleet]:
 @pytest.fixture
 def team_b(prometheus: PrometheusServer) -> Iterator[ServedFleet]:
     served = ServedFleet(
-        prometheus, "team-b", ["llama-7f9b8c6d5-abcde"],
+        prometheus, "team-b", ["llama-7f9b8c6d5-bcdfg"],
         EngineSettings(64, 2048), Load(rate=3.0, prompt=200, output=20), "team-b",
     )  # fmt: skip
     yield served
@@ -168,11 +168,39 @@ def test_regime_flips_from_prefill_bound_to_queue_bound(
     poll(lambda: regime() is Regime.QUEUE_BOUND, timeout=90, what="QueueBound at 12 req/s")
 
 
+def test_pods_of_other_workloads_in_the_namespace_are_not_read(
+    prometheus: PrometheusServer, source: PrometheusSource, team_a: ServedFleet
+) -> None:
+    """A StatefulSet `llama-db` (pod `llama-db-0`) and a Deployment `llama-chat` beside the
+    Deployment `llama`: Prometheus scrapes all three, the source reads only `llama`'s pods."""
+    neighbours = ServedFleet(
+        prometheus, "team-a", ["llama-db-0", "llama-chat-6d4cf56db6-x7k2p"],
+        EngineSettings(16, 512), Load(rate=1.0, prompt=200, output=20), "team-a-neighbours",
+    )  # fmt: skip
+    try:
+        scraped = 'count(vllm:num_requests_running{namespace="team-a"})'
+        poll(
+            lambda: (reply := prometheus.query(scraped)) and reply[0]["value"][1] == "4",
+            timeout=60,
+            what="the 4 pods of team-a scraped",
+        )
+        selected = f"count(vllm:num_requests_running{PodSelector('team-a', 'llama').matchers()})"
+        assert prometheus.query(selected)[0]["value"][1] == "2"
+        observation = poll(
+            _enough_data(source, "team-a", sla(), requests=1),
+            timeout=90,
+            what="llama's series in Prometheus",
+        )
+        assert observation.reporting_pods == pytest.approx(2, abs=0.05)
+    finally:
+        neighbours.close()
+
+
 INJECTIONS = [
     'llama"} or vllm:num_requests_running{namespace="team-b',
     "llama|.*",
     ".*",
-    "llama-7f9b8c6d5-abcde|llama",
+    "llama-7f9b8c6d5-bcdfg|llama",
     'llama",namespace=~".+',
     "llama\\",
     "llama\n",
@@ -251,7 +279,7 @@ def test_sglang_and_tgi_metrics_through_a_real_prometheus(
         fleet.feed(_Arrivals(Load(rate=20.0, prompt=1000, output=100), 0.0, 3, itertools.count()))
     namespace, pods = (
         f"{engine}-ns",
-        [f"llama-5c9d8b7f6-{engine[:3]}0a", f"llama-5c9d8b7f6-{engine[:3]}1b"],
+        ["llama-5c9d8b7f6-x7k2p", "llama-5c9d8b7f6-q9zt4"],
     )
     server.__enter__()
     try:

@@ -1,15 +1,18 @@
-"""PromQL building: label values escaped as strings and as regular expressions."""
+"""PromQL building: label values escaped as strings and as regular expressions; the pod
+pattern matches the pods Kubernetes names for a Deployment and no other workload's."""
 
 from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from slascaler.engines import ENGINES
 from slascaler.metrics.promql import (
     PodSelector,
+    deployment_pod_pattern,
     duration,
     escape_regex,
     escape_string,
@@ -55,7 +58,8 @@ def test_regex_matches_exactly_the_value(value: str) -> None:
 def test_selector_pins_namespace_and_pod_pattern() -> None:
     selector = PodSelector("team-a", "llama.chat")
     assert selector.matchers() == (
-        '{namespace="team-a",pod=~"^llama\\\\.chat-[a-z0-9]+-[a-z0-9]+$"}'
+        '{namespace="team-a",pod=~"^llama\\\\.chat-'
+        '[bcdfghjklmnpqrstvwxz2456789]{1,10}-[bcdfghjklmnpqrstvwxz2456789]{5}$"}'
     )
     queries = histogram_queries("vllm:time_to_first_token_seconds", selector, 120)
     assert queries.buckets.startswith(
@@ -78,3 +82,48 @@ def test_configured_label_names_are_checked() -> None:
 def test_durations_are_whole_milliseconds() -> None:
     assert duration(2.5) == "2500ms"
     assert duration(0) == "1ms"
+
+
+KUBERNETES_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+generated = st.text(alphabet=KUBERNETES_ALPHABET, min_size=1, max_size=10)
+dns_name = st.from_regex(r"[a-z0-9]([a-z0-9.-]{0,80}[a-z0-9])?", fullmatch=True)
+
+
+def kubernetes_pod_name(deployment: str, template_hash: str, suffix: str) -> str:
+    """How the Deployment controller and the API server name a Deployment's pod (v1.37)."""
+    replica_set = deployment[: 253 - 1 - len(template_hash)] + "-" + template_hash
+    return (replica_set + "-")[:58] + suffix
+
+
+@given(dns_name, generated, st.text(alphabet=KUBERNETES_ALPHABET, min_size=5, max_size=5))
+def test_pod_pattern_matches_every_pod_kubernetes_names(
+    deployment: str, template_hash: str, suffix: str
+) -> None:
+    pod = kubernetes_pod_name(deployment, template_hash, suffix)
+    assert re.fullmatch(deployment_pod_pattern(deployment), pod), (deployment, pod)
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        "llama-db-0",  # a StatefulSet's pod
+        "llama-chat-6d4cf56db6-x7k2p",  # Deployment llama-chat's pod
+        "llama-6d4cf56db6-x7k2",  # not a generated suffix
+        "llama-6d4cf56db6-abcde",  # vowels are never generated
+        "llama-x7k2p",  # a bare ReplicaSet's or Job's pod
+        "team-llama-6d4cf56db6-x7k2p",
+    ],
+)
+def test_pod_pattern_leaves_other_workloads_pods(pod: str) -> None:
+    assert not re.fullmatch(deployment_pod_pattern("llama"), pod)
+
+
+def test_pod_pattern_of_a_name_too_long_for_the_whole_hash() -> None:
+    deployment = "a-very-long-deployment-name-for-a-large-language-mo"  # 51 characters
+    assert kubernetes_pod_name(deployment, "6d4cf56db6", "x7k2p") == (
+        "a-very-long-deployment-name-for-a-large-language-mo-6d4cf5x7k2p"
+    )
+    pattern = deployment_pod_pattern(deployment)
+    assert re.fullmatch(pattern, "a-very-long-deployment-name-for-a-large-language-mo-6d4cf5x7k2p")
+    assert re.fullmatch(pattern, "a-very-long-deployment-name-for-a-large-language-mo-6d4-x7k2p")
+    assert not re.fullmatch(pattern, "a-very-long-deployment-name-for-a-large-language-mo-x7k2p")

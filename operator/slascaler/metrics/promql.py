@@ -2,10 +2,10 @@
 
 A query selects the target Deployment's pods in the InferenceSLA's own namespace: the
 namespace comes from the object's metadata (never from its spec), and the pod matcher is the
-Deployment's pod-name pattern `<name>-<template hash>-<suffix>` with the name escaped both as
-a regular expression (RE2) and as a PromQL string. Whatever a user writes in an InferenceSLA
-ends up inside a string literal, so it can neither widen the selector to another namespace nor
-add PromQL of its own.
+Deployment's pod-name pattern `<name>-<template hash>-<suffix>` (as Kubernetes cuts it for
+long names) with the name escaped both as a regular expression (RE2) and as a PromQL string.
+Whatever a user writes in an InferenceSLA ends up inside a string literal, so it can neither
+widen the selector to another namespace nor add PromQL of its own.
 
 The label names (`namespace`, `pod` by default) are the operator's settings, checked against
 Prometheus's label-name grammar when the settings are read.
@@ -52,6 +52,39 @@ def escape_regex(value: str) -> str:
     return "".join("\\" + c if c in _RE2_SPECIAL else c for c in value)
 
 
+# Kubernetes names generated pods with this alphabet (no vowels, no 0/1/3), both for the pod
+# template hash (k8s.io/apimachinery's rand.SafeEncodeString) and for the random suffix.
+_GENERATED = "[bcdfghjklmnpqrstvwxz2456789]"
+# The API server cuts a generateName base to 58 characters before adding 5 random ones.
+_GENERATED_BASE_MAX = 58
+_SUFFIX_LENGTH = 5
+_HASH_MAX_LENGTH = 10  # a uint32 hash in decimal digits
+
+
+def deployment_pod_pattern(deployment: str) -> str:
+    """An RE2 pattern (anchored) matching exactly the names of the Deployment's pods.
+
+    A Deployment's pods are named `<deployment>-<template hash>-<suffix>`, except that the
+    API server cuts the part before the suffix to 58 characters: for long Deployment names
+    the hash, its dash, or even the end of the name are cut away. The pattern follows that
+    cut, and the hash and suffix alphabet, so that another workload's pods (a StatefulSet
+    `llama-db` has a pod `llama-db-0`) do not match `llama`'s pattern.
+    """
+    base = deployment + "-"
+    if len(base) >= _GENERATED_BASE_MAX:
+        head = escape_regex(base[:_GENERATED_BASE_MAX])
+        return f"^{head}{_GENERATED}{{{_SUFFIX_LENGTH}}}$"
+    room = _GENERATED_BASE_MAX - len(base)  # characters left for "<hash>-"
+    if room > _HASH_MAX_LENGTH:
+        hashed = f"{_GENERATED}{{1,{_HASH_MAX_LENGTH}}}-"
+    elif room == 1:
+        hashed = _GENERATED  # one character of the hash, no dash
+    else:
+        # A hash that fits keeps its dash; a longer one is cut to exactly `room` characters.
+        hashed = f"(?:{_GENERATED}{{1,{room - 1}}}-|{_GENERATED}{{{room}}})"
+    return f"^{escape_regex(base)}{hashed}{_GENERATED}{{{_SUFFIX_LENGTH}}}$"
+
+
 def duration(seconds: float) -> str:
     """A PromQL duration for a window (whole milliseconds, at least 1 ms)."""
     return f"{max(1, round(seconds * 1000))}ms"
@@ -72,7 +105,7 @@ class PodSelector:
                 raise ValueError(f"{label!r} is not a Prometheus label name")
 
     def matchers(self, extra: str = "") -> str:
-        pods = f"^{escape_regex(self.deployment)}-[a-z0-9]+-[a-z0-9]+$"
+        pods = deployment_pod_pattern(self.deployment)
         parts = [
             f'{self.namespace_label}="{escape_string(self.namespace)}"',
             f'{self.pod_label}=~"{escape_string(pods)}"',
