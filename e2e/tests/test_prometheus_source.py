@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -21,10 +22,11 @@ from e2e.cluster.processes import poll
 from e2e.cluster.prometheus import PrometheusServer, Target
 from e2e.engine_formats import EngineFormatFleet
 from e2e.engines import Load, _Arrivals
+from e2e.kube import Kube, gpu_deployment
 
 from slascaler.cli import main
 from slascaler.metrics.prometheus import PrometheusSettings, PrometheusSource
-from slascaler.metrics.promql import PodSelector, histogram_queries
+from slascaler.metrics.promql import PodSelector, deployment_pod_pattern, histogram_queries
 from slascaler.model.regime import Regime, analyze_observation
 from slascaler.sim.exposition import RealtimeFleet
 from slascaler.sim.fleet import EngineSettings, Fleet
@@ -194,6 +196,28 @@ def test_pods_of_other_workloads_in_the_namespace_are_not_read(
         assert observation.reporting_pods == pytest.approx(2, abs=0.05)
     finally:
         neighbours.close()
+
+
+def test_pod_pattern_matches_the_names_real_controllers_give(kube: Kube, namespace: str) -> None:
+    """Names long enough for the API server to cut the template hash (52 characters) or all
+    of it (62): the pattern matches the pods the Deployment and ReplicaSet controllers made."""
+    names = ["llama-3-1-8b-instruct-chat-completions-eu-west-1-gpu", "llama-" + "x" * 56]
+    assert [len(name) for name in names] == [52, 62]
+    for name in names:
+        kube.apply(gpu_deployment(name, 2), namespace=namespace)
+    for name in names:
+        pods = poll(
+            lambda name=name: (found := kube.pods(namespace, f"app={name}")) and len(found) == 2
+            and found,
+            timeout=60,
+            what=f"2 pods of {name}",
+        )  # fmt: skip
+        for pod in pods:
+            assert len(pod.metadata.name) == 63
+            assert re.fullmatch(deployment_pod_pattern(name), pod.metadata.name), pod.metadata.name
+            for other in names:
+                if other != name:
+                    assert not re.fullmatch(deployment_pod_pattern(other), pod.metadata.name)
 
 
 INJECTIONS = [
