@@ -3,6 +3,8 @@
 - Quantiles computed from the source's histograms equal Prometheus's own
   `histogram_quantile` over the same series and window.
 - The regime flips from PrefillBound to QueueBound as the simulated load rises.
+- Only the target Deployment's pods are read: not a neighbouring workload's in the same
+  namespace, and the pod pattern matches the names real controllers give long Deployments.
 - No label value written in an InferenceSLA reads another namespace's series or injects
   PromQL: every attempt gets this namespace's series or none, never a query error.
 - Missing series hold with a problem naming the metric.
