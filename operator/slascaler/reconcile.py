@@ -164,9 +164,10 @@ class Reconciler:
         ):
             event = ("Normal", decision.reason_code, decision.reason)
 
+        stamp = kube_time(now)
         status = {
             "observedGeneration": meta.get("generation"),
-            "lastEvaluated": kube_time(now),
+            "lastEvaluated": stamp,
             "regime": str(decision.regime),
             "ttft": ttft_summary(decision, spec),
             "replicas": view.state.spec_replicas
@@ -184,7 +185,7 @@ class Reconciler:
             "conditions": merge_conditions(
                 previous.get("conditions"),
                 list(conditions.values()),
-                kube_time(now),
+                stamp,
                 meta.get("generation", 0),
             ),
             "memory": memory_to_status(memory_out),
@@ -294,12 +295,13 @@ class Reconciler:
         conditions = [Condition("Ready", Status.FALSE, reason, message)] + [
             Condition(t, Status.UNKNOWN, reason, "not evaluated") for t in NOT_EVALUATED
         ]
+        stamp = kube_time(now)
         status = {
             "observedGeneration": meta.get("generation"),
-            "lastEvaluated": kube_time(now),
+            "lastEvaluated": stamp,
             "regime": "Unknown",
             "conditions": merge_conditions(
-                previous.get("conditions"), conditions, kube_time(now), meta.get("generation", 0)
+                previous.get("conditions"), conditions, stamp, meta.get("generation", 0)
             ),
         }
         self._write_status(meta["namespace"], meta["name"], status)

@@ -25,12 +25,9 @@ from slascaler.spec import SLASpec
 MEMORY_FORMAT = 1
 
 
-def _finite(value: float, digits: int = 1) -> float | None:
-    return round(value, digits) if math.isfinite(value) else None
-
-
-def _rounded(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(value, digits)
+def _finite(value: float | None, digits: int = 1) -> float | None:
+    """`value` rounded; None when there is no finite value to report."""
+    return round(value, digits) if value is not None and math.isfinite(value) else None
 
 
 def memory_to_status(memory: PolicyMemory) -> dict[str, Any]:
@@ -38,13 +35,13 @@ def memory_to_status(memory: PolicyMemory) -> dict[str, Any]:
     decide and short enough to read in `kubectl describe`."""
     return {
         "format": MEMORY_FORMAT,
-        "lastScaleUpAt": _rounded(memory.last_scale_up_at, 2),
-        "lastScaleDownAt": _rounded(memory.last_scale_down_at, 2),
-        "lastKnobChangeAt": _rounded(memory.last_knob_change_at, 2),
-        "firstSeenAt": _rounded(memory.first_seen_at, 2),
-        "serviceRate": _rounded(memory.service_rate, 4),
+        "lastScaleUpAt": _finite(memory.last_scale_up_at, 2),
+        "lastScaleDownAt": _finite(memory.last_scale_down_at, 2),
+        "lastKnobChangeAt": _finite(memory.last_knob_change_at, 2),
+        "firstSeenAt": _finite(memory.first_seen_at, 2),
+        "serviceRate": _finite(memory.service_rate, 4),
         "gpuLimit": memory.gpu_limit,
-        "gpuLimitAt": _rounded(memory.gpu_limit_at, 2),
+        "gpuLimitAt": _finite(memory.gpu_limit_at, 2),
         "recommendations": [[round(r.at, 2), r.replicas] for r in memory.recommendations],
         "batchPoints": [[round(x, 2), round(y, 2)] for x, y in memory.batch_points],
     }

@@ -13,6 +13,7 @@ from slascaler.model.regime import Regime
 from slascaler.model.samples import TTFTBreakdown
 from slascaler.policy import FleetState, PolicyMemory, PolicyState, decide
 from slascaler.policy.decision import Status
+from slascaler.policy.state import DEFAULT_MAX_UNAVAILABLE, resolve_max_unavailable
 from slascaler.scenarios import source_scenario
 
 NOW = 10_000.0
@@ -295,3 +296,10 @@ def test_idle_goes_to_min_after_the_window_and_stops_there() -> None:
 def test_decisions_are_deterministic() -> None:
     state = PolicyState(fleet(), settled())
     assert decide(spec(), high_load(), state, NOW) == decide(spec(), high_load(), state, NOW)
+
+
+def test_max_unavailable_resolves_as_the_deployment_controller_does() -> None:
+    assert resolve_max_unavailable(DEFAULT_MAX_UNAVAILABLE, 7) == 1  # 25% of 7, rounded down
+    assert resolve_max_unavailable("25%", 3) == 0
+    assert resolve_max_unavailable("50%", 5) == 2
+    assert resolve_max_unavailable(2, 5) == 2

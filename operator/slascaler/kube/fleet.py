@@ -17,7 +17,6 @@ decide and once more just before acting (to re-validate the decision).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +27,7 @@ from slascaler.engine_args import CommandLine, EngineArgsError, read_flag
 from slascaler.engines import ENGINES
 from slascaler.kube.clients import Clients, Json, not_found, raw
 from slascaler.policy import FleetState
+from slascaler.policy.state import DEFAULT_MAX_UNAVAILABLE, resolve_max_unavailable
 from slascaler.spec import SLASpec
 
 
@@ -115,10 +115,8 @@ def max_unavailable(deployment: Json) -> int:
     strategy = spec.get("strategy") or {}
     if strategy.get("type") == "Recreate":
         return replicas
-    value = (strategy.get("rollingUpdate") or {}).get("maxUnavailable", "25%")
-    if isinstance(value, str) and value.endswith("%"):
-        return math.floor(replicas * float(value[:-1]) / 100)  # rounded down, as Kubernetes does
-    return int(value)
+    rolling = strategy.get("rollingUpdate") or {}
+    return resolve_max_unavailable(rolling.get("maxUnavailable", DEFAULT_MAX_UNAVAILABLE), replicas)
 
 
 def _unschedulable(clients: Clients, namespace: str, deployment: Json) -> int:

@@ -308,6 +308,11 @@ def _calibrated_service_rate(
     return calibrated if calibrated is not None else draft.memory.service_rate
 
 
+def _running_per_pod(observation: Observation) -> float:
+    """Requests running per pod that reported, averaged over the window."""
+    return observation.running / max(1, observation.reporting_pods)
+
+
 def _apply_regime_rule(
     draft: _Draft, observation: Observation, analysis: RegimeAnalysis, service_rate: float | None
 ) -> int:
@@ -511,8 +516,7 @@ def _raise_batch_at_capacity(
     bounds, current = draft.spec.max_batch_size, draft.max_batch_size
     if bounds is None or current is None:
         return
-    pods = max(1, observation.reporting_pods)
-    per_pod = observation.running / pods
+    per_pod = _running_per_pod(observation)
     if per_pod < current * draft.tunables.batch_saturation:
         draft.say(
             "BatchNotBinding",
@@ -618,8 +622,7 @@ def _chunk_target(
     prompts, itl = observation.prompt_tokens, observation.itl
     if prompts is None or prompts.total <= 0 or itl is None or itl.total <= 0:
         return fallback, "no prompt-length histogram: doubling"
-    pods = max(1, observation.reporting_pods)
-    decode_tokens = observation.running / pods
+    decode_tokens = _running_per_pod(observation)
     cost = estimate_step_cost(
         analysis.component_means_ms["prefill"], prompts.mean, current, decode_tokens, itl.mean
     )
@@ -654,7 +657,7 @@ def _decode_bound(draft: _Draft, observation: Observation, analysis: RegimeAnaly
     ):
         if not _knob_blocked(draft, "maxBatchSize"):
             # A limit above what runs per replica binds nothing: step down from what runs.
-            running = observation.running / max(1, observation.reporting_pods)
+            running = _running_per_pod(observation)
             binding = min(batch, math.ceil(running)) if math.isfinite(running) else batch
             target = math.floor(binding * draft.tunables.batch_step_down)
             how = (

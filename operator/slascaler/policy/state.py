@@ -10,7 +10,18 @@ Built by the wiring and the simulator's control loop; read by `policy.decide`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
+
+DEFAULT_MAX_UNAVAILABLE = "25%"  # a Deployment's rolling update when its spec says nothing
+
+
+def resolve_max_unavailable(value: int | str, replicas: int) -> int:
+    """Pods a rolling update may take down: a count, or a percentage of the replicas rounded
+    down, as the Deployment controller resolves `maxUnavailable`."""
+    if isinstance(value, str) and value.endswith("%"):
+        return math.floor(replicas * float(value[:-1]) / 100)
+    return int(value)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import numpy as np
 
 from slascaler.model.regime import Regime
 from slascaler.policy import Decision, FleetState, PolicyMemory, PolicyState, decide
+from slascaler.policy.state import DEFAULT_MAX_UNAVAILABLE, resolve_max_unavailable
 from slascaler.sim.engine import Request
 from slascaler.sim.fleet import EngineSettings, Fleet
 from slascaler.sim.profiles import CostProfile
@@ -56,7 +57,7 @@ class SlascalerController:
             max_batch_size=fleet.settings.max_num_seqs,
             chunk_size=fleet.settings.max_num_batched_tokens,
             rollout_in_progress=fleet.rollout_in_progress,
-            max_unavailable=math.floor(fleet.desired * 0.25),  # the Deployment default, 25%
+            max_unavailable=resolve_max_unavailable(DEFAULT_MAX_UNAVAILABLE, fleet.desired),
         )
         decision = decide(
             self.spec, fleet.observation(self.spec.window_s), PolicyState(state, self.memory), now
