@@ -52,17 +52,17 @@ class HelmRelease:
         path.write_text(yaml.safe_dump(values), encoding="utf-8")
         return path
 
-    def install(self, values: dict[str, Any]) -> str:
+    def _release(self, verb: str, values: dict[str, Any], *extra: str) -> str:
         return self.helm(
-            "install", self.name, str(CHART), "--namespace", self.namespace,
-            "--create-namespace", "-f", str(self._values_file(values)), "--wait", "--timeout=90s",
-        )  # fmt: skip
-
-    def upgrade(self, values: dict[str, Any]) -> str:
-        return self.helm(
-            "upgrade", self.name, str(CHART), "--namespace", self.namespace,
+            verb, self.name, str(CHART), "--namespace", self.namespace, *extra,
             "-f", str(self._values_file(values)), "--wait", "--timeout=90s",
         )  # fmt: skip
+
+    def install(self, values: dict[str, Any]) -> str:
+        return self._release("install", values, "--create-namespace")
+
+    def upgrade(self, values: dict[str, Any]) -> str:
+        return self._release("upgrade", values)
 
     def uninstall(self) -> str:
         return self.helm("uninstall", self.name, "--namespace", self.namespace, "--wait")
@@ -79,7 +79,6 @@ class OperatorKubelet:
         self.release, self.kube, self.logs = release, release.kube, logs
         self.process: OperatorProcess | None = None
         self.pod: str | None = None
-        self.history: list[str] = []  # pods a process was started for, in order
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, daemon=True, name="operator-kubelet")
@@ -132,7 +131,6 @@ class OperatorKubelet:
         process = OperatorProcess(kubeconfig.kubeconfig, env, self.logs / "operator.log")
         process.start()
         self.process, self.pod = process, pod.metadata.name
-        self.history.append(pod.metadata.name)
 
     def running_env(self) -> dict[str, str]:
         with self._lock:
@@ -154,5 +152,6 @@ class OperatorKubelet:
                 self.process.kill()
 
     def tail(self) -> str:
+        errors = "".join(f"kubelet error: {e}\n" for e in self.errors[-5:])
         with self._lock:
-            return self.process.tail() if self.process else "(no operator process)"
+            return errors + (self.process.tail() if self.process else "(no operator process)")

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 
+from e2e.cluster.processes import poll
 from slascaler.kube.clients import Clients
 
 GPU = "nvidia.com/gpu"
@@ -146,10 +147,29 @@ def gpu_deployment(
     }
 
 
+def custom_resource_definition(
+    group: str, kind: str, plural: str, version: str, schema: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A namespaced CRD with one served and stored version of the given OpenAPI schema."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {"name": version, "served": True, "storage": True,
+                 "schema": {"openAPIV3Schema": dict(schema)}},
+            ],
+        },
+    }  # fmt: skip
+
+
 def node_gpus(kube: Kube) -> tuple[int, int]:
     """(allocatable nvidia.com/gpu over nodes, GPUs requested by pods bound to nodes), once no
     namespace or pod is terminating (an earlier test's namespace may still be going away)."""
-    from e2e.cluster.processes import poll
 
     def settled() -> bool:
         namespaces = kube.core.list_namespace().items

@@ -51,7 +51,7 @@ class OperatorProcess:
         return self.service is not None and self.service.running()
 
     def healthy(self) -> bool:
-        if self.service is None or not self.service.running():
+        if not self.service_running():
             raise AssertionError(f"the operator exited:\n{self.tail()}")
         try:
             url = f"http://127.0.0.1:{self.health_port}/healthz"

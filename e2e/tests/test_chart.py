@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 import yaml
+from e2e.chart import CHART
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "slascaler"
 VALUES = sorted((CHART / "ci").glob("*.yaml"))
 
 

@@ -14,7 +14,7 @@ import pytest
 from e2e.cluster.processes import poll
 from e2e.cluster.prometheus import PrometheusServer
 from e2e.engines import EngineFleet, Load
-from e2e.kube import Kube, gpu_deployment, is_ready
+from e2e.kube import Kube, custom_resource_definition, gpu_deployment, is_ready
 from e2e.operator import OperatorProcess
 from e2e.slas import GROUP, PLURAL, VERSION, SLAWatch, inference_sla, install_crd
 from e2e.tests.conftest import LogRegistry, Substrate
@@ -213,6 +213,20 @@ def test_recommend_mode_changes_nothing(
     assert "lastAction" not in sla.status() or sla.status()["lastAction"] is None
 
 
+def sla_in_conflict(kube: Kube, namespace: str, other: str, replicas: int) -> SLAWatch:
+    """An InferenceSLA (replicas 1–2) on `llama`, which `other` also scales: Conflict=True
+    naming it, and the Deployment left at its `replicas`."""
+    kube.apply(
+        inference_sla("llama-sla", "llama", window="20s", replicas={"min": 1, "max": 2}),
+        namespace=namespace,
+    )
+    sla = SLAWatch(kube, namespace, "llama-sla")
+    condition = sla.wait_condition("Conflict", "True", "OtherAutoscaler")
+    assert f"{other} also targets llama" in condition["message"]
+    assert kube.apps.read_namespaced_deployment("llama", namespace).spec.replicas == replicas
+    return sla
+
+
 def test_another_autoscaler_means_hands_off(
     kube: Kube, namespace: str, operator: OperatorProcess
 ) -> None:
@@ -230,14 +244,7 @@ def test_another_autoscaler_means_hands_off(
             },
         },
     )  # fmt: skip
-    kube.apply(
-        inference_sla("llama-sla", "llama", window="20s", replicas={"min": 1, "max": 2}),
-        namespace=namespace,
-    )
-    sla = SLAWatch(kube, namespace, "llama-sla")
-    condition = sla.wait_condition("Conflict", "True", "OtherAutoscaler")
-    assert "HorizontalPodAutoscaler/llama-hpa also targets llama" in condition["message"]
-    assert kube.apps.read_namespaced_deployment("llama", namespace).spec.replicas == 4
+    sla = sla_in_conflict(kube, namespace, "HorizontalPodAutoscaler/llama-hpa", replicas=4)
     kube.autoscaling.delete_namespaced_horizontal_pod_autoscaler("llama-hpa", namespace)
     sla.wait_condition("Conflict", "False")
     poll(
@@ -293,29 +300,11 @@ def test_queue_bound_load_scales_out(
         assert sorted(regimes.values()) == [0.0] * (len(regimes) - 1) + [1.0], regimes
 
 
-KEDA_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "scaledobjects.keda.sh"},
-    "spec": {
-        "group": "keda.sh",
-        "scope": "Namespaced",
-        "names": {"kind": "ScaledObject", "plural": "scaledobjects", "singular": "scaledobject"},
-        "versions": [
-            {
-                "name": "v1alpha1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "x-kubernetes-preserve-unknown-fields": True,
-                    }
-                },
-            }
-        ],
-    },
-}
+# KEDA's group, kind and version; only the fields slascaler reads matter, so the schema is open.
+KEDA_CRD = custom_resource_definition(
+    "keda.sh", "ScaledObject", "scaledobjects", "v1alpha1",
+    {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+)  # fmt: skip
 
 
 def test_a_keda_scaled_object_means_hands_off(
@@ -333,11 +322,4 @@ def test_a_keda_scaled_object_means_hands_off(
         "spec": {"scaleTargetRef": {"name": "llama"}, "minReplicaCount": 1, "maxReplicaCount": 8},
     }
     kube.apply(scaled, namespace=namespace)
-    kube.apply(
-        inference_sla("llama-sla", "llama", window="20s", replicas={"min": 1, "max": 2}),
-        namespace=namespace,
-    )
-    sla = SLAWatch(kube, namespace, "llama-sla")
-    condition = sla.wait_condition("Conflict", "True", "OtherAutoscaler")
-    assert "ScaledObject/llama-keda also targets llama" in condition["message"]
-    assert kube.apps.read_namespaced_deployment("llama", namespace).spec.replicas == 3
+    sla_in_conflict(kube, namespace, "ScaledObject/llama-keda", replicas=3)

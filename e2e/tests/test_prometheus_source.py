@@ -29,6 +29,7 @@ from e2e.kube import Kube, gpu_deployment
 from slascaler.cli import main
 from slascaler.metrics.prometheus import PrometheusSettings, PrometheusSource
 from slascaler.metrics.promql import PodSelector, deployment_pod_pattern, histogram_queries
+from slascaler.model.observation import Observation
 from slascaler.model.regime import Regime, analyze_observation
 from slascaler.sim.exposition import RealtimeFleet
 from slascaler.sim.fleet import EngineSettings, Fleet
@@ -114,8 +115,12 @@ def team_b(prometheus: PrometheusServer) -> Iterator[ServedFleet]:
     served.close()
 
 
-def _enough_data(source: PrometheusSource, namespace: str, spec: SLASpec, requests: float):  # type: ignore[no-untyped-def]
-    def check():  # type: ignore[no-untyped-def]
+def wait_for_window(
+    source: PrometheusSource, namespace: str, spec: SLASpec, requests: float, what: str
+) -> Observation:
+    """Poll the source until a window has every input and at least `requests` requests."""
+
+    def enough() -> Observation | None:
         observation = source.observe(namespace, spec, time.time())
         ok = (
             not observation.missing_inputs(need_itl=True)
@@ -125,18 +130,14 @@ def _enough_data(source: PrometheusSource, namespace: str, spec: SLASpec, reques
         )
         return observation if ok else None
 
-    return check
+    return poll(enough, timeout=90, what=what)
 
 
 def test_quantiles_equal_prometheus_histogram_quantile(
     prometheus: PrometheusServer, source: PrometheusSource, team_a: ServedFleet
 ) -> None:
     spec = sla()
-    poll(
-        _enough_data(source, "team-a", spec, requests=20),
-        timeout=90,
-        what="a window of requests in Prometheus",
-    )
+    wait_for_window(source, "team-a", spec, requests=20, what="a window of requests in Prometheus")
     at = time.time()
     observation = source.observe("team-a", spec, at)
     selector = PodSelector("team-a", "llama")
@@ -190,10 +191,8 @@ def test_pods_of_other_workloads_in_the_namespace_are_not_read(
         )
         selected = f"count(vllm:num_requests_running{PodSelector('team-a', 'llama').matchers()})"
         assert prometheus.query(selected)[0]["value"][1] == "2"
-        observation = poll(
-            _enough_data(source, "team-a", sla(), requests=1),
-            timeout=90,
-            what="llama's series in Prometheus",
+        observation = wait_for_window(
+            source, "team-a", sla(), requests=1, what="llama's series in Prometheus"
         )
         assert observation.reporting_pods == pytest.approx(2, abs=0.05)
     finally:
@@ -237,11 +236,7 @@ INJECTIONS = [
 def test_no_spec_value_reads_another_namespace(
     source: PrometheusSource, team_a: ServedFleet, team_b: ServedFleet, name: str
 ) -> None:
-    poll(
-        _enough_data(source, "team-b", sla(), requests=1),
-        timeout=90,
-        what="team-b's series in Prometheus",
-    )
+    wait_for_window(source, "team-b", sla(), requests=1, what="team-b's series in Prometheus")
     spec = replace(sla(), target=TargetRef(name=name))
     observation = source.observe("team-a", spec, time.time())
     assert observation.source_error is None, "the query must stay valid PromQL"
@@ -253,11 +248,7 @@ def test_no_spec_value_reads_another_namespace(
 def test_no_namespace_value_escapes_its_string(
     source: PrometheusSource, team_b: ServedFleet, namespace: str
 ) -> None:
-    poll(
-        _enough_data(source, "team-b", sla(), requests=1),
-        timeout=90,
-        what="team-b's series in Prometheus",
-    )
+    wait_for_window(source, "team-b", sla(), requests=1, what="team-b's series in Prometheus")
     observation = source.observe(namespace, sla(), time.time())
     assert observation.source_error is None
     assert observation.ttft is None and observation.reporting_pods == 0
@@ -277,11 +268,7 @@ def test_a_deployment_without_series_holds_with_the_reason(source: PrometheusSou
 def test_analyze_command_reads_a_live_deployment(
     prometheus: PrometheusServer, source: PrometheusSource, team_a: ServedFleet
 ) -> None:
-    poll(
-        _enough_data(source, "team-a", sla(), requests=20),
-        timeout=90,
-        what="a window of requests in Prometheus",
-    )
+    wait_for_window(source, "team-a", sla(), requests=20, what="a window of requests in Prometheus")
     out = io.StringIO()
     argv = ["analyze", "--prometheus", prometheus.url, "--namespace", "team-a",
             "--deployment", "llama", "--window", "30s", "--objective-ms", "300"]  # fmt: skip
@@ -321,10 +308,8 @@ def test_sglang_and_tgi_metrics_through_a_real_prometheus(
             engine,
         )
         spec = replace(sla(itl=True), engine=Engine(engine))
-        observation = poll(
-            _enough_data(source, namespace, spec, requests=100),
-            timeout=90,
-            what=f"{engine} series in Prometheus",
+        observation = wait_for_window(
+            source, namespace, spec, requests=100, what=f"{engine} series in Prometheus"
         )
         assert observation.derived, "the series the engine lacks is approximated, and said so"
         ours = analyze_observation(observation, 95, 300, 95, 200)

@@ -29,7 +29,7 @@ from e2e.slas import SLAWatch, inference_sla
 from e2e.tests.conftest import LogRegistry, Substrate
 
 from slascaler.policy.decision import PACING_HOLDS
-from slascaler.sim.profiles import PROFILES
+from slascaler.sim.profiles import PROFILES, CostProfile
 
 RELEASE_NAMESPACE = "slascaler-system"
 FAST = {"scaleUpCooldown": "10s", "scaleDownStabilization": "45s", "knobCooldown": "20s"}
@@ -99,19 +99,41 @@ def announced(sla: SLAWatch, pattern: str) -> list[str]:
     return [e["message"] for e in sla.events() if re.search(pattern, e["message"] or "")]
 
 
+@contextlib.contextmanager
+def under_sla(
+    kube: Kube,
+    namespace: str,
+    prometheus: PrometheusServer,
+    name: str,
+    profile: CostProfile,
+    load: Load,
+    **sla_spec: Any,
+) -> Iterator[tuple[EngineFleet, DeploymentHistory, SLAWatch]]:
+    """Engines serving `load` on the Deployment `name`'s pods, its history recorded, and the
+    InferenceSLA `<name>-sla` on it with `sla_spec`."""
+    with (
+        EngineFleet(kube, prometheus, namespace, name, profile, load) as engines,
+        DeploymentHistory(kube, namespace, name) as history,
+    ):
+        kube.apply(inference_sla(f"{name}-sla", name, **sla_spec), namespace=namespace)
+        yield engines, history, SLAWatch(kube, namespace, f"{name}-sla")
+
+
+def observe(seconds: float, what: str) -> None:
+    """Let `seconds` pass while the DeploymentHistory records: the assertions after it are
+    about what did not happen in that time."""
+    until = time.monotonic() + seconds
+    poll(lambda: time.monotonic() >= until, timeout=seconds + 10, interval=1, what=what)
+
+
 def test_1_load_step_scales_out_then_back_in(
     kube: Kube, namespace: str, prometheus: PrometheusServer, release: object
 ) -> None:
     deploy(kube, namespace, "llama", 1, args=["--max-num-seqs", "16"])
-    with (
-        EngineFleet(kube, prometheus, namespace, "llama", A100, Load(4.0, 1000, 100)) as engines,
-        DeploymentHistory(kube, namespace, "llama") as history,
-    ):
-        kube.apply(
-            inference_sla("llama-sla", "llama", window="20s", replicas=span(1, 6), behavior=FAST),
-            namespace=namespace,
-        )  # fmt: skip
-        sla = SLAWatch(kube, namespace, "llama-sla")
+    with under_sla(
+        kube, namespace, prometheus, "llama", A100, Load(4.0, 1000, 100),
+        window="20s", replicas=span(1, 6), behavior=FAST,
+    ) as (engines, history, sla):  # fmt: skip
         poll(lambda: sla.status().get("regime") == "Healthy", timeout=90, what="Healthy at 4 req/s")
         assert history.replica_steps() == [], "no change while healthy"
 
@@ -168,20 +190,13 @@ def test_2_prefill_bound_raises_chunk_size_and_a_restart_repeats_nothing(
 ) -> None:
     _, kubelet = release
     deploy(kube, namespace, "coder", 1, args=["--max-num-batched-tokens", "256"])
-    with (
-        EngineFleet(kube, prometheus, namespace, "coder", H100, Load(1.5, 3000, 50)),
-        DeploymentHistory(kube, namespace, "coder") as history,
-    ):
-        kube.apply(
-            inference_sla(
-                "coder-sla", "coder", window="30s", replicas={"min": 1, "max": 4},
-                objectives={"ttft": {"percentile": 95, "thresholdMs": 200}},
-                knobs={"chunkSize": {"min": 256, "max": 8192}},
-                behavior={**FAST, "knobCooldown": "90s"},
-            ),
-            namespace=namespace,
-        )  # fmt: skip
-        sla = SLAWatch(kube, namespace, "coder-sla")
+    with under_sla(
+        kube, namespace, prometheus, "coder", H100, Load(1.5, 3000, 50),
+        window="30s", replicas=span(1, 4),
+        objectives={"ttft": {"percentile": 95, "thresholdMs": 200}},
+        knobs={"chunkSize": {"min": 256, "max": 8192}},
+        behavior={**FAST, "knobCooldown": "90s"},
+    ) as (_, history, sla):  # fmt: skip
         event = sla.wait_event("RaiseChunkForPrefill", timeout=120)
         kubelet.kill()  # SIGKILL right after the action
         assert event["message"].startswith("chunkSize 256→")
@@ -203,13 +218,7 @@ def test_2_prefill_bound_raises_chunk_size_and_a_restart_repeats_nothing(
             timeout=30,
             what="the restarted operator evaluating",
         )
-        quiet_until = time.monotonic() + 20
-        poll(
-            lambda: time.monotonic() >= quiet_until,
-            timeout=30,
-            interval=1,
-            what="20 s after the restart",
-        )
+        observe(20, what="20 s after the restart")
         assert history.args_changes() == 1, "the restarted operator did not repeat the change"
         assert history.replica_steps() == [], "prefill-bound: replicas never change"
         assert len([e for e in sla.events() if e["reason"] == "RaiseChunkForPrefill"]) == 1
@@ -219,16 +228,11 @@ def test_3_itl_over_target_lowers_max_batch_size(
     kube: Kube, namespace: str, prometheus: PrometheusServer, release: object
 ) -> None:
     deploy(kube, namespace, "chat", 1, args=["--max-num-seqs", "64"])
-    with EngineFleet(kube, prometheus, namespace, "chat", A100, Load(8.0, 1000, 100)):
-        kube.apply(
-            inference_sla(
-                "chat-sla", "chat", window="20s", replicas={"min": 1, "max": 4},
-                objectives=objectives(ttft_ms=500, itl_ms=60),
-                knobs={"maxBatchSize": {"min": 4, "max": 256}}, behavior=FAST,
-            ),
-            namespace=namespace,
-        )  # fmt: skip
-        sla = SLAWatch(kube, namespace, "chat-sla")
+    with under_sla(
+        kube, namespace, prometheus, "chat", A100, Load(8.0, 1000, 100),
+        window="20s", replicas=span(1, 4), objectives=objectives(ttft_ms=500, itl_ms=60),
+        knobs={"maxBatchSize": {"min": 4, "max": 256}}, behavior=FAST,
+    ) as (_, _, sla):  # fmt: skip
         event = sla.wait_event("LowerBatchForITL", timeout=90)
         lowered = int(re.search(r"maxBatchSize 64→(\d+)", event["message"]).group(1))  # type: ignore[union-attr]
         assert lowered < 64
@@ -255,19 +259,11 @@ def test_4_gpus_exhausted_caps_replicas_and_raises_batch(
     deploy(
         kube, namespace, "big", 1, args=["--max-num-seqs", "16"], gpus=per_pod, max_unavailable=1
     )
-    with (
-        EngineFleet(kube, prometheus, namespace, "big", A100, Load(24.0, 1000, 100)),
-        DeploymentHistory(kube, namespace, "big") as history,
-    ):
-        kube.apply(
-            inference_sla(
-                "big-sla", "big", window="20s", replicas={"min": 1, "max": 8},
-                objectives=objectives(ttft_ms=500, itl_ms=200),
-                knobs={"maxBatchSize": {"min": 8, "max": 64}}, behavior=FAST,
-            ),
-            namespace=namespace,
-        )  # fmt: skip
-        sla = SLAWatch(kube, namespace, "big-sla")
+    with under_sla(
+        kube, namespace, prometheus, "big", A100, Load(24.0, 1000, 100),
+        window="20s", replicas=span(1, 8), objectives=objectives(ttft_ms=500, itl_ms=200),
+        knobs={"maxBatchSize": {"min": 8, "max": 64}}, behavior=FAST,
+    ) as (_, history, sla):  # fmt: skip
         condition = sla.wait_condition("CapacityLimited", "True", "Unschedulable", timeout=120)
         assert "cannot be scheduled (no GPU left)" in condition["message"]
         capped = max(c.replicas for c in history.snapshot())
@@ -281,8 +277,7 @@ def test_4_gpus_exhausted_caps_replicas_and_raises_batch(
         poll(raised, timeout=120, what="the 2 schedulable pods rolled to a larger batch")
         assert (capped, 2) in history.replica_steps(), "Pending pods dropped for the rollout"
         settled = history.snapshot()[-1]
-        quiet_until = time.monotonic() + 15
-        poll(lambda: time.monotonic() >= quiet_until, timeout=25, interval=1, what="15 s more")
+        observe(15, what="15 s more")
         assert history.snapshot()[-1].replicas == settled.replicas == 2, "no further scale-up"
         sla.wait_condition("CapacityLimited", "True", "GPUsExhausted", timeout=10)
         assert announced(sla, r"maxBatchSize 16→\d+")
@@ -292,15 +287,10 @@ def test_5_prometheus_stopped_holds_then_recovers(
     kube: Kube, namespace: str, prometheus: PrometheusServer, release: object
 ) -> None:
     deploy(kube, namespace, "llama", 2, args=["--max-num-seqs", "16"])
-    with (
-        EngineFleet(kube, prometheus, namespace, "llama", A100, Load(4.0, 1000, 100)) as engines,
-        DeploymentHistory(kube, namespace, "llama") as history,
-    ):
-        kube.apply(
-            inference_sla("llama-sla", "llama", window="20s", replicas=span(2, 6), behavior=FAST),
-            namespace=namespace,
-        )  # fmt: skip
-        sla = SLAWatch(kube, namespace, "llama-sla")
+    with under_sla(
+        kube, namespace, prometheus, "llama", A100, Load(4.0, 1000, 100),
+        window="20s", replicas=span(2, 6), behavior=FAST,
+    ) as (engines, history, sla):  # fmt: skip
         sla.wait_condition("MetricsAvailable", "True", timeout=90)
         prometheus.stop()
         try:
@@ -309,13 +299,7 @@ def test_5_prometheus_stopped_holds_then_recovers(
                 "MetricsAvailable", "False", "SourceUnavailable", timeout=30
             )
             assert f"Prometheus at {prometheus.url} did not answer" in condition["message"]
-            held_until = time.monotonic() + 15
-            poll(
-                lambda: time.monotonic() >= held_until,
-                timeout=25,
-                interval=1,
-                what="15 s without metrics",
-            )
+            observe(15, what="15 s without metrics")
             assert history.replica_steps() == [], "no action without metrics"
             sla.wait_event("HoldMetricsUnavailable")
         finally:

@@ -10,7 +10,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from e2e.cluster.processes import poll
 from e2e.cluster.prometheus import PrometheusServer, Target
-from e2e.kube import GPU, Kube, gpu_deployment, is_ready, is_unschedulable, node_gpus
+from e2e.kube import (
+    GPU,
+    Kube,
+    custom_resource_definition,
+    gpu_deployment,
+    is_ready,
+    is_unschedulable,
+    node_gpus,
+)
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -81,43 +89,21 @@ def test_changing_an_arg_rolls_the_deployment(kube: Kube, namespace: str) -> Non
     assert len(replica_sets.items) == 2  # the old one kept at 0 for rollback
 
 
-CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "ranges.smoke.slascaler.io"},
-    "spec": {
-        "group": "smoke.slascaler.io",
-        "scope": "Namespaced",
-        "names": {"kind": "Range", "plural": "ranges", "singular": "range"},
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {
-                        "type": "object",
-                        "properties": {
-                            "spec": {
-                                "type": "object",
-                                "properties": {
-                                    "low": {"type": "integer"},
-                                    "high": {"type": "integer"},
-                                },
-                                "x-kubernetes-validations": [
-                                    {
-                                        "rule": "self.low <= self.high",
-                                        "message": "low must not exceed high",
-                                    }
-                                ],
-                            }
-                        },
-                    }
-                },
+CRD = custom_resource_definition(
+    "smoke.slascaler.io", "Range", "ranges", "v1",
+    {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {"low": {"type": "integer"}, "high": {"type": "integer"}},
+                "x-kubernetes-validations": [
+                    {"rule": "self.low <= self.high", "message": "low must not exceed high"}
+                ],
             }
-        ],
+        },
     },
-}
+)  # fmt: skip
 
 
 @pytest.fixture
