@@ -183,13 +183,16 @@ def test_pods_of_other_workloads_in_the_namespace_are_not_read(
         EngineSettings(16, 512), Load(rate=1.0, prompt=200, output=20), "team-a-neighbours",
     )  # fmt: skip
     try:
-        scraped = 'count(vllm:num_requests_running{namespace="team-a"})'
+        # Pods, not series: the previous test's engines (same pod names, another scrape
+        # address) may still have a series or two until Prometheus marks them stale.
+        scraped = 'count(count by (pod) (vllm:num_requests_running{namespace="team-a"}))'
         poll(
             lambda: (reply := prometheus.query(scraped)) and reply[0]["value"][1] == "4",
             timeout=60,
             what="the 4 pods of team-a scraped",
         )
-        selected = f"count(vllm:num_requests_running{PodSelector('team-a', 'llama').matchers()})"
+        matchers = PodSelector("team-a", "llama").matchers()
+        selected = f"count(count by (pod) (vllm:num_requests_running{matchers}))"
         assert prometheus.query(selected)[0]["value"][1] == "2"
         observation = wait_for_window(
             source, "team-a", sla(), requests=1, what="llama's series in Prometheus"
