@@ -5,24 +5,24 @@
 PYTHON ?= python3.11
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml simulator/pyproject.toml | cksum | cut -d' ' -f1)
 
 .PHONY: venv test lint typecheck unit e2e substrate cluster-up cluster-down analyze demo bench clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml simulator/pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; set PYTHON=/path/to/python3.11" >&2; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e './simulator[plot]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
 ## lint: import contract (pure core does no I/O), ruff
 lint: $(STAMP)
 	$(BIN)/lint-imports
-	$(BIN)/ruff check operator tests e2e conftest.py
+	$(BIN)/ruff check operator simulator tests e2e conftest.py
 
 ## typecheck: mypy --strict over the whole package
 typecheck: $(STAMP)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from slascaler.sim.exposition import RealtimeFleet, _labels, _number
-from slascaler.sim.recorder import HistogramCounts, MetricRecorder
+from slascaler_sim.exposition import RealtimeFleet, _labels, _number
+from slascaler_sim.recorder import HistogramCounts, MetricRecorder
 
 SGLANG = {
     "vllm:time_to_first_token_seconds": ("sglang:time_to_first_token_seconds", ""),

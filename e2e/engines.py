@@ -2,7 +2,7 @@
 
 KWOK pods run no containers, so something must stand in for the vLLM processes. An
 `EngineFleet` watches one Deployment's pods through the API server and keeps one simulated
-vLLM replica (`slascaler.sim`) per Ready pod, started with the engine flags read from that
+vLLM replica (`slascaler_sim`) per Ready pod, started with the engine flags read from that
 pod's own container args (so a rolling update that changes `--max-num-seqs` really changes
 the engines, pod by pod). A pod that stops being Ready, or goes away, drains its replica.
 
@@ -28,12 +28,43 @@ import numpy as np
 from e2e.cluster.prometheus import PrometheusServer, Target
 from e2e.kube import Kube, is_ready
 from slascaler.engine_args import CommandLine, EngineArgsError, read_flag
-from slascaler.sim.engine import Request
-from slascaler.sim.exposition import RealtimeFleet
-from slascaler.sim.fleet import EngineSettings, ExternalFleet
-from slascaler.sim.profiles import PROFILES, CostProfile
+from slascaler_sim.engine import Phase, Request
+from slascaler_sim.exposition import RealtimeFleet
+from slascaler_sim.fleet import EngineSettings, Fleet
+from slascaler_sim.profiles import PROFILES, CostProfile
 
 DEFAULTS = EngineSettings(max_num_seqs=256, max_num_batched_tokens=2048)
+
+
+class ExternalFleet(Fleet):
+    """Replicas that come and go as someone else says: Kubernetes pods, in the e2e suite.
+
+    `add` starts a replica that is ready at once (Kubernetes already waited for readiness)
+    with that pod's engine flags; `remove` drains one. The fleet itself never starts, stops or
+    rolls replicas; routing, the engines and the metrics are the same as `Fleet`'s.
+    """
+
+    def __init__(self, profile: CostProfile, start: float = 0.0) -> None:
+        super().__init__(profile, replicas=0, start=start)
+
+    def add(self, name: str, settings: EngineSettings) -> None:
+        self._start_replica(ready_now=True, name=name, settings=settings)
+        self._on_ready()
+
+    def remove(self, name: str) -> None:
+        for replica in self.replicas:
+            if replica.name == name and replica.phase is not Phase.STOPPED:
+                replica.drain(self.now)
+        self._retire_stopped()
+
+    def live_names(self) -> set[str]:
+        return {r.name for r in self._live()}
+
+    def _roll(self) -> None:
+        return  # Kubernetes rolls the pods; replicas follow them
+
+    def _fill(self) -> None:
+        return
 
 
 @dataclass(frozen=True)

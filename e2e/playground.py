@@ -23,7 +23,7 @@ from e2e.engines import EngineFleet, Load
 from e2e.kube import Kube, gpu_deployment, is_ready
 from e2e.operator import OperatorProcess
 from e2e.slas import inference_sla, install_crd
-from slascaler.sim.profiles import PROFILES
+from slascaler_sim.profiles import PROFILES
 
 NAMESPACE = "team-a"
 SPEC = {

@@ -21,7 +21,7 @@ from e2e.tests.conftest import LogRegistry, Substrate
 from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
-from slascaler.sim.profiles import PROFILES
+from slascaler_sim.profiles import PROFILES
 
 ORDER = "min must be less than or equal to max"
 FAST = {"scaleUpCooldown": "10s", "scaleDownStabilization": "60s", "knobCooldown": "20s"}

@@ -31,10 +31,10 @@ from slascaler.metrics.prometheus import PrometheusSettings, PrometheusSource
 from slascaler.metrics.promql import PodSelector, deployment_pod_pattern, histogram_queries
 from slascaler.model.observation import Observation
 from slascaler.model.regime import Regime, analyze_observation
-from slascaler.sim.exposition import RealtimeFleet
-from slascaler.sim.fleet import EngineSettings, Fleet
-from slascaler.sim.profiles import PROFILES
 from slascaler.spec import Engine, SLASpec, TargetRef, parse_spec
+from slascaler_sim.exposition import RealtimeFleet
+from slascaler_sim.fleet import EngineSettings, Fleet
+from slascaler_sim.profiles import PROFILES
 
 WINDOW_S = 30
 

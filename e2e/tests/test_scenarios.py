@@ -29,7 +29,7 @@ from e2e.slas import SLAWatch, inference_sla
 from e2e.tests.conftest import LogRegistry, Substrate
 
 from slascaler.policy.decision import PACING_HOLDS
-from slascaler.sim.profiles import PROFILES, CostProfile
+from slascaler_sim.profiles import PROFILES, CostProfile
 
 RELEASE_NAMESPACE = "slascaler-system"
 FAST = {"scaleUpCooldown": "10s", "scaleDownStabilization": "45s", "knobCooldown": "20s"}

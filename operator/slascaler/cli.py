@@ -1,5 +1,8 @@
 """The `slascaler` command line: `run` the operator, `analyze`, `samples`, `demo`, `bench`.
 
+`slascaler demo` and `slascaler bench` come from the simulator distribution (`slascaler-sim`,
+found through the `slascaler.commands` entry point), when it is installed.
+
 `slascaler analyze FILE` prints the TTFT analysis (P50/P95/P99/mean, bottleneck distribution,
 regime and what to do about it) of per-request samples; `--prometheus URL --namespace NS
 --deployment NAME` prints the same for a Deployment's live histograms over `--window`.
@@ -18,8 +21,9 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from slascaler import __version__
 from slascaler.model.regime import Regime, RegimeAnalysis, analyze_sample_regime
@@ -161,61 +165,6 @@ def _samples(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _demo(args: argparse.Namespace, out: TextIO) -> int:
-    from slascaler.sim.demo import run_demo
-
-    run_demo(args.minutes, Path(args.plot) if args.plot else None, out)
-    return 0
-
-
-def _bench(args: argparse.Namespace, out: TextIO) -> int:
-    from slascaler.sim.benchmark import (
-        default_scenarios,
-        markdown_table,
-        run_matrix,
-        simulator_speed,
-        trace_scenario,
-        write_csv,
-    )
-    from slascaler.sim.workload import TraceError, load_trace
-
-    if args.speed:
-        count, cpu, ratio = simulator_speed()
-        out.write(
-            f"simulator: 1 h of the conversation trace ({count} requests) on 8 replicas in "
-            f"{cpu:.2f} s of CPU: {ratio:.0f}× real time\n"
-        )
-        return 0
-    if args.trace:
-        try:
-            rows = load_trace(Path(args.trace))
-        except (TraceError, OSError) as error:
-            print(f"slascaler bench: {error}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        scenarios = [trace_scenario(rows, Path(args.trace).name, 1, args.minutes)]
-    else:
-        scenarios = default_scenarios(args.minutes)
-    if args.scenario:
-        scenarios = [s for s in scenarios if any(k in s.name for k in args.scenario)]
-    seeds = [int(s) for s in args.seeds.split(",")]
-    rows_out = run_matrix(
-        scenarios, seeds, with_oracle=not args.no_oracle,
-        progress=lambda text: print(f"running {text}", file=sys.stderr),
-    )  # fmt: skip
-    table = markdown_table(rows_out)
-    out.write(table)
-    if args.out:
-        directory = Path(args.out)
-        directory.mkdir(parents=True, exist_ok=True)
-        write_csv(rows_out, directory / "bench.csv")
-        (directory / "bench.md").write_text(table, encoding="utf-8")
-        from slascaler.sim.plots import plot_bench
-
-        plot_bench(rows_out, directory / "bench.png")
-        out.write(f"\nwritten: {directory}/bench.csv, bench.md, bench.png\n")
-    return 0
-
-
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     from slascaler.settings import Settings, SettingsError
 
@@ -286,26 +235,7 @@ def _parser() -> argparse.ArgumentParser:
     samples.add_argument("-o", "--output", help="file to write (default: standard output)")
     samples.set_defaults(run=_samples)
 
-    demo = commands.add_parser(
-        "demo", help="the Azure conversation trace through a simulated fleet: slascaler vs HPA"
-    )
-    demo.add_argument("--minutes", type=_positive, default=60.0, help="simulated minutes (60)")
-    demo.add_argument("--plot", default="out/demo.png", help="PNG to write ('' for none)")
-    demo.set_defaults(run=_demo)
-
-    bench = commands.add_parser("bench", help="the scenario × policy benchmark matrix")
-    bench.add_argument("--trace", help="your own trace: Azure CSV, or JSONL with timestamp (ms), "
-                       "input_length, output_length")  # fmt: skip
-    bench.add_argument("--minutes", type=_positive, default=30.0, help="simulated minutes (30)")
-    bench.add_argument("--seeds", default="1,2", help="comma-separated seeds (1,2)")
-    bench.add_argument(
-        "--scenario", action="append", help="run only scenarios whose name contains this"
-    )
-    bench.add_argument("--no-oracle", action="store_true", help="skip the oracle and static runs")
-    bench.add_argument("--out", default="out/bench", help="directory for bench.csv and bench.md")
-    bench.add_argument("--speed", action="store_true", help="only measure the simulator's speed")
-    bench.set_defaults(run=_bench)
-
+    _add_plugin_commands(commands)
     operator = commands.add_parser(
         "run",
         help="run the operator (settings from SLASCALER_* environment variables)",
@@ -317,6 +247,33 @@ def _parser() -> argparse.ArgumentParser:
     )
     operator.set_defaults(run=_run)
     return parser
+
+
+PLUGIN_GROUP = "slascaler.commands"
+SIMULATOR_COMMANDS = {
+    "demo": "the Azure conversation trace through a simulated fleet: slascaler vs HPA",
+    "bench": "the scenario × policy benchmark matrix",
+}
+
+
+def _add_plugin_commands(commands: Any) -> None:
+    """Subcommands of other distributions (`slascaler-sim` adds demo and bench); where the
+    simulator is not installed, demo and bench say how to get it."""
+    for entry in entry_points(group=PLUGIN_GROUP):
+        entry.load()(commands)
+    for name, text in SIMULATOR_COMMANDS.items():
+        if name not in commands.choices:
+            missing = commands.add_parser(name, help=f"{text} (needs slascaler-sim)")
+            missing.set_defaults(run=_simulator_missing, command_name=name)
+
+
+def _simulator_missing(args: argparse.Namespace, out: TextIO) -> int:
+    print(
+        f"slascaler {args.command_name}: the simulator is not installed; install it with "
+        "`pip install ./simulator` from a clone of the repository (distribution slascaler-sim)",
+        file=sys.stderr,
+    )
+    return EXIT_BAD_INPUT
 
 
 def _variables() -> dict[str, str]:

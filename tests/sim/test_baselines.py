@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from slascaler.cli import main
-from slascaler.sim.baselines import HPAController, StaticController
-from slascaler.sim.fleet import EngineSettings, Fleet
-from slascaler.sim.oracle import OracleController
-from slascaler.sim.profiles import PROFILES
-from slascaler.sim.run import SlascalerController, simulate
-from slascaler.sim.workload import load_trace, modulated_poisson, step_rate
 from slascaler.spec import parse_spec
+from slascaler_sim.baselines import HPAController, StaticController
+from slascaler_sim.fleet import EngineSettings, Fleet
+from slascaler_sim.oracle import OracleController
+from slascaler_sim.profiles import PROFILES
+from slascaler_sim.run import SlascalerController, simulate
+from slascaler_sim.workload import load_trace, modulated_poisson, step_rate
 
 DEMO = PROFILES["source-demo"]
 
@@ -97,7 +97,7 @@ def test_closed_loop_slascaler_recovers_from_a_step_within_the_bound() -> None:
 
 def test_demo_prints_the_table_and_writes_the_plot(tmp_path: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
-    from slascaler.sim.demo import run_demo
+    from slascaler_sim.demo import run_demo
 
     results = run_demo(6.0, tmp_path / "demo.png", out, err)
     text = out.getvalue()

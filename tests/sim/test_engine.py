@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 
 from slascaler.model.regime import Regime, analyze_observation
-from slascaler.sim.engine import Phase, Replica, Request
-from slascaler.sim.fleet import EngineSettings, Fleet
-from slascaler.sim.profiles import PROFILES
-from slascaler.sim.workload import TraceError, load_trace, modulated_poisson, replay
+from slascaler_sim.engine import Phase, Replica, Request
+from slascaler_sim.fleet import EngineSettings, Fleet
+from slascaler_sim.profiles import PROFILES
+from slascaler_sim.workload import TraceError, load_trace, modulated_poisson, replay
 
 H100 = PROFILES["llama3-8b-h100"]
 A100 = PROFILES["llama3-8b-a100"]

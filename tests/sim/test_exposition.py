@@ -9,11 +9,11 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 from slascaler.engines import VLLM_TTFT_BUCKETS_S
-from slascaler.sim.engine import Request
-from slascaler.sim.exposition import escape_label, render
-from slascaler.sim.fleet import Fleet
-from slascaler.sim.profiles import PROFILES
-from slascaler.sim.recorder import MetricRecorder
+from slascaler_sim.engine import Request
+from slascaler_sim.exposition import escape_label, render
+from slascaler_sim.fleet import Fleet
+from slascaler_sim.profiles import PROFILES
+from slascaler_sim.recorder import MetricRecorder
 
 
 def _wait_for(condition, deadline_s: float = 10.0):  # type: ignore[no-untyped-def]
@@ -42,7 +42,7 @@ def test_render_is_valid_exposition_with_vllm_buckets() -> None:
 
 
 def test_realtime_fleet_serves_metrics_that_move_with_the_clock() -> None:
-    from slascaler.sim.exposition import RealtimeFleet
+    from slascaler_sim.exposition import RealtimeFleet
 
     fleet = Fleet(PROFILES["source-demo"], 2)
     fleet.feed([Request(i, 0.2 + 0.05 * i, 500, 5) for i in range(20)])

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 from slascaler.model.histogram import Histogram
 from slascaler.model.observation import Observation
-from slascaler.sim.engine import Phase, Replica, Request
-from slascaler.sim.profiles import CostProfile
-from slascaler.sim.recorder import MetricRecorder
+from slascaler_sim.engine import Phase, Replica, Request
+from slascaler_sim.profiles import CostProfile
+from slascaler_sim.recorder import MetricRecorder
 
 
 @dataclass(frozen=True)
@@ -291,34 +291,3 @@ class Fleet:
             self.replicas.remove(replica)
         if self.gpu_limit is not None and not self._outdated():
             self._fill()
-
-
-class ExternalFleet(Fleet):
-    """Replicas that come and go as someone else says: Kubernetes pods, in the e2e suite.
-
-    `add` starts a replica that is ready at once (Kubernetes already waited for readiness)
-    with that pod's engine flags; `remove` drains one. The fleet itself never starts, stops or
-    rolls replicas; routing, the engines and the metrics are the same as `Fleet`'s.
-    """
-
-    def __init__(self, profile: CostProfile, start: float = 0.0) -> None:
-        super().__init__(profile, replicas=0, start=start)
-
-    def add(self, name: str, settings: EngineSettings) -> None:
-        self._start_replica(ready_now=True, name=name, settings=settings)
-        self._on_ready()
-
-    def remove(self, name: str) -> None:
-        for replica in self.replicas:
-            if replica.name == name and replica.phase is not Phase.STOPPED:
-                replica.drain(self.now)
-        self._retire_stopped()
-
-    def live_names(self) -> set[str]:
-        return {r.name for r in self._live()}
-
-    def _roll(self) -> None:
-        return  # Kubernetes rolls the pods; replicas follow them
-
-    def _fill(self) -> None:
-        return

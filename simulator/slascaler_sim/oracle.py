@@ -14,11 +14,11 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from slascaler.sim.baselines import StaticController
-from slascaler.sim.engine import Request
-from slascaler.sim.fleet import EngineSettings, Fleet
-from slascaler.sim.profiles import CostProfile
-from slascaler.sim.run import WINDOW_S, simulate
+from slascaler_sim.baselines import StaticController
+from slascaler_sim.engine import Request
+from slascaler_sim.fleet import EngineSettings, Fleet
+from slascaler_sim.profiles import CostProfile
+from slascaler_sim.run import WINDOW_S, simulate
 
 
 def window_requirements(

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from slascaler.sim.fleet import Fleet
-from slascaler.sim.recorder import MetricRecorder
+from slascaler_sim.fleet import Fleet
+from slascaler_sim.recorder import MetricRecorder
 
 HELP = {
     "vllm:time_to_first_token_seconds": "Histogram of time to first token in seconds.",

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from slascaler.sim.baselines import QUEUE_TARGET_PER_POD, HPAController
-from slascaler.sim.benchmark import Row, markdown_table, trace_scenario
-from slascaler.sim.plots import plot_demo
-from slascaler.sim.run import RunResult, SlascalerController, simulate
-from slascaler.sim.workload import load_trace
+from slascaler_sim.baselines import QUEUE_TARGET_PER_POD, HPAController
+from slascaler_sim.benchmark import Row, markdown_table, trace_scenario
+from slascaler_sim.plots import plot_demo
+from slascaler_sim.run import RunResult, SlascalerController, simulate
+from slascaler_sim.workload import load_trace
 
 
 class _Progress:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from slascaler.sim.engine import Request
+from slascaler_sim.engine import Request
 
 BUNDLED = {
     "conversation": "AzureLLMInferenceTrace_conv.csv",
@@ -85,7 +85,7 @@ def _parse_jsonl(name: str, lines: Sequence[str]) -> list[TraceRow]:
 def load_trace(source: str | Path) -> list[TraceRow]:
     """A bundled trace by name (`conversation`, `code`) or a file (Azure CSV or JSONL)."""
     if isinstance(source, str) and source in BUNDLED:
-        text = resources.files("slascaler.data.traces").joinpath(BUNDLED[source]).read_text()
+        text = resources.files("slascaler_sim.data.traces").joinpath(BUNDLED[source]).read_text()
         name = BUNDLED[source]
     else:
         path = Path(source)

@@ -19,7 +19,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from slascaler.sim.fleet import Fleet
+from slascaler_sim.fleet import Fleet
 
 HPA_TOLERANCE = 0.1
 HPA_PERIOD_S = 15.0

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from slascaler.sim.run import RunResult
+from slascaler_sim.run import RunResult
 
 if TYPE_CHECKING:
-    from slascaler.sim.benchmark import Row
+    from slascaler_sim.benchmark import Row
 
 REGIME_COLOURS = {
     "QueueBound": "#d62728",

@@ -22,8 +22,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
 
-from slascaler.sim.profiles import CostProfile
-from slascaler.sim.recorder import MetricRecorder
+from slascaler_sim.profiles import CostProfile
+from slascaler_sim.recorder import MetricRecorder
 
 
 @dataclass(slots=True, eq=False)

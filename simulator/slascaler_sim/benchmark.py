@@ -15,13 +15,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slascaler.sim.baselines import QUEUE_TARGET_PER_POD, HPAController, StaticController
-from slascaler.sim.engine import Request
-from slascaler.sim.fleet import EngineSettings
-from slascaler.sim.oracle import OracleController, window_requirements
-from slascaler.sim.profiles import PROFILES, CostProfile
-from slascaler.sim.run import Controller, RunResult, SlascalerController, simulate
-from slascaler.sim.workload import (
+from slascaler.spec import SLASpec, parse_spec
+from slascaler_sim.baselines import QUEUE_TARGET_PER_POD, HPAController, StaticController
+from slascaler_sim.engine import Request
+from slascaler_sim.fleet import EngineSettings
+from slascaler_sim.oracle import OracleController, window_requirements
+from slascaler_sim.profiles import PROFILES, CostProfile
+from slascaler_sim.run import Controller, RunResult, SlascalerController, simulate
+from slascaler_sim.workload import (
     TraceRow,
     diurnal_rate,
     load_trace,
@@ -29,7 +30,6 @@ from slascaler.sim.workload import (
     replay,
     step_rate,
 )
-from slascaler.spec import SLASpec, parse_spec
 
 DEFAULT_SETTINGS = EngineSettings(max_num_seqs=256, max_num_batched_tokens=2048)
 
@@ -229,7 +229,7 @@ def simulator_speed(replicas: int = 8) -> tuple[int, float, float]:
     """(requests, CPU seconds, virtual/CPU ratio) for one hour of the conversation trace."""
     import time
 
-    from slascaler.sim.fleet import Fleet
+    from slascaler_sim.fleet import Fleet
 
     requests = replay(load_trace("conversation"))
     fleet = Fleet(PROFILES["llama3-8b-h100"], replicas, EngineSettings(256, 8192))

@@ -23,10 +23,10 @@ import numpy as np
 from slascaler.model.regime import Regime
 from slascaler.policy import Decision, FleetState, PolicyMemory, PolicyState, decide
 from slascaler.policy.state import DEFAULT_MAX_UNAVAILABLE, resolve_max_unavailable
-from slascaler.sim.engine import Request
-from slascaler.sim.fleet import EngineSettings, Fleet
-from slascaler.sim.profiles import CostProfile
 from slascaler.spec import SLASpec
+from slascaler_sim.engine import Request
+from slascaler_sim.fleet import EngineSettings, Fleet
+from slascaler_sim.profiles import CostProfile
 
 TICK_S = 5.0
 WINDOW_S = 60.0  # SLA attainment is judged per 1-minute window of arrivals
