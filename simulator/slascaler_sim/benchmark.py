@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from slascaler.spec import SLASpec, parse_spec
 from slascaler_sim.baselines import QUEUE_TARGET_PER_POD, HPAController, StaticController
@@ -21,7 +22,7 @@ from slascaler_sim.engine import Request
 from slascaler_sim.fleet import EngineSettings
 from slascaler_sim.oracle import OracleController, window_requirements
 from slascaler_sim.profiles import PROFILES, CostProfile
-from slascaler_sim.run import Controller, RunResult, SlascalerController, simulate
+from slascaler_sim.run import Controller, OperatorController, RunResult, simulate
 from slascaler_sim.workload import (
     TraceRow,
     diurnal_rate,
@@ -54,20 +55,22 @@ class Scenario:
         }
     )
 
+    def sla_spec(self) -> dict[str, Any]:
+        """The InferenceSLA's spec for this scenario, as a user would write it."""
+        return {
+            "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llm"},
+            "objectives": {
+                "ttft": {"percentile": 95, "thresholdMs": self.threshold_ms},
+                "itl": {"percentile": 95, "thresholdMs": self.itl_ms},
+            },
+            "replicas": {"min": 1, "max": self.max_replicas},
+            "window": "1m",
+            "knobs": self.knobs,
+            "behavior": {"scaleDownStabilization": "3m", "knobCooldown": "5m"},
+        }
+
     def spec(self) -> SLASpec:
-        return parse_spec(
-            {
-                "targetRef": {"name": self.name},
-                "objectives": {
-                    "ttft": {"percentile": 95, "thresholdMs": self.threshold_ms},
-                    "itl": {"percentile": 95, "thresholdMs": self.itl_ms},
-                },
-                "replicas": {"min": 1, "max": self.max_replicas},
-                "window": "1m",
-                "knobs": self.knobs,
-                "behavior": {"scaleDownStabilization": "3m", "knobCooldown": "5m"},
-            }
-        )
+        return parse_spec(self.sla_spec())
 
 
 def trace_scenario(rows: Sequence[TraceRow], name: str, copies: int, minutes: float) -> Scenario:
@@ -139,7 +142,6 @@ def _controllers(scenario: Scenario, seed: int, with_oracle: bool) -> list[tuple
     user who sized the Deployment for the opening load would have); without, from the
     scenario's initial count.
     """
-    spec = scenario.spec()
     initial = scenario.initial_replicas
     extra: list[tuple[Controller, int]] = []
     if with_oracle:
@@ -152,7 +154,7 @@ def _controllers(scenario: Scenario, seed: int, with_oracle: bool) -> list[tuple
         initial = needed[0] or scenario.initial_replicas
         extra = [(StaticController(peak), peak), (oracle, oracle.target(0.0))]
     return [
-        (SlascalerController(spec), initial),
+        (OperatorController(scenario.sla_spec()), initial),
         (HPAController("queue", QUEUE_TARGET_PER_POD, 1, scenario.max_replicas), initial),
         (HPAController("ttft", scenario.threshold_ms, 1, scenario.max_replicas), initial),
         *extra,

@@ -15,7 +15,7 @@ from typing import TextIO
 from slascaler_sim.baselines import QUEUE_TARGET_PER_POD, HPAController
 from slascaler_sim.benchmark import Row, markdown_table, trace_scenario
 from slascaler_sim.plots import plot_demo
-from slascaler_sim.run import RunResult, SlascalerController, simulate
+from slascaler_sim.run import OperatorController, RunResult, simulate
 from slascaler_sim.workload import load_trace
 
 
@@ -37,10 +37,9 @@ def run_demo(
     minutes: float, plot_path: Path | None, out: TextIO, err: TextIO = sys.stderr
 ) -> list[RunResult]:
     scenario = trace_scenario(load_trace("conversation"), "conversation trace ×4", 4, minutes)
-    spec = scenario.spec()
     results: list[RunResult] = []
     for controller in (
-        SlascalerController(spec),
+        OperatorController(scenario.sla_spec()),
         HPAController("queue", QUEUE_TARGET_PER_POD, 1, scenario.max_replicas),
     ):
         progress = _Progress(controller.name, scenario.duration_s, err)
