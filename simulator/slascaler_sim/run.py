@@ -38,6 +38,7 @@ from slascaler_sim.source import SimulatedSource
 
 TICK_S = 5.0
 WINDOW_S = 60.0  # SLA attainment is judged per 1-minute window of arrivals
+UNSERVED_MS = 1e15  # stands for "never served" inside percentile arithmetic
 NAMESPACE = "bench"
 DEPLOYMENT = "llm"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -138,29 +139,41 @@ class RunResult:
         )
 
     def window_p95(self) -> list[tuple[float, float]]:
-        """(window start, TTFT percentile) per 1-minute window of arrivals, judged windows only."""
+        """(window start, TTFT percentile) per judged 1-minute window of arrivals.
+
+        A window holding a request that was never served has that request's TTFT infinite:
+        its percentile is +inf when the percentile reaches it (a missed window), never NaN.
+        Windows before `skip_s` (the first start-up) are not judged.
+        """
         ttft = self.client_ttft_ms()
         arrivals = np.asarray([r.arrival for r in self.requests])
         out: list[tuple[float, float]] = []
         if arrivals.size == 0:
             return out
+        finite = np.where(np.isfinite(ttft), ttft, UNSERVED_MS)
         for start in np.arange(self.skip_s, arrivals.max() + 1e-9, WINDOW_S):
             mask = (arrivals >= start) & (arrivals < start + WINDOW_S)
             if mask.any():
-                out.append((float(start), float(np.percentile(ttft[mask], self.percentile))))
+                value = float(np.percentile(finite[mask], self.percentile))
+                out.append((float(start), math.inf if value >= UNSERVED_MS else value))
         return out
 
     @property
-    def attainment(self) -> float:
+    def attainment(self) -> float | None:
+        """Share of judged windows meeting the objective; None when no window was judged."""
         windows = self.window_p95()
         if not windows:
-            return 1.0
+            return None
         return sum(1 for _, p in windows if p <= self.threshold_ms) / len(windows)
 
     def ttft_percentiles(self) -> tuple[float, float, float]:
         ttft = self.client_ttft_ms()
-        p50, p95, p99 = np.percentile(ttft, [50, 95, 99])
-        return float(p50), float(p95), float(p99)
+        if ttft.size == 0:
+            return math.nan, math.nan, math.nan
+        finite = np.where(np.isfinite(ttft), ttft, UNSERVED_MS)
+        values = [float(v) for v in np.percentile(finite, [50, 95, 99])]
+        p50, p95, p99 = (math.inf if v >= UNSERVED_MS else v for v in values)
+        return p50, p95, p99
 
 
 def simulate(
@@ -176,13 +189,16 @@ def simulate(
     gpu_limit: int | None = None,
     on_tick: Callable[[float], None] | None = None,
     cluster: SimCluster | None = None,
+    router: str = "least-outstanding",
 ) -> RunResult:
     """Run `requests` through a fleet under `controller` for `duration_s` virtual seconds.
 
     The fleet runs a Deployment of `cluster` (a new in-memory cluster if none is given; pass
     one to look at its objects, Events and calls afterwards).
     """
-    fleet = Fleet(profile, replicas, settings, startup_s=startup_s, gpu_limit=gpu_limit)
+    fleet = Fleet(
+        profile, replicas, settings, startup_s=startup_s, gpu_limit=gpu_limit, router=router
+    )
     cluster = cluster if cluster is not None else SimCluster()
     deployment = cluster.add_deployment(
         NAMESPACE, DEPLOYMENT, fleet, args=engine_args(Engine.VLLM, settings)
