@@ -2,7 +2,9 @@
 
 Each `Scenario` is a workload, a cost profile, engine settings, an SLA and limits. `run_matrix`
 runs every policy on every scenario and seed (slascaler, HPA on queue length, KEDA on TTFT,
-static peak provisioning and the oracle) and `markdown_table`/`write_csv` report GPU-hours,
+llm-d's SLO-aware recipe, Dynamo's load-based planner, AIBrix's KPA, static peak
+provisioning, the hindsight-best static configuration and the oracle; `slascaler_sim.
+baselines`) and `markdown_table`/`write_csv` report GPU-hours,
 SLA attainment per 1-minute window and the rest side by side. Called by `slascaler bench`
 and `slascaler demo`.
 """
@@ -16,10 +18,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slascaler.spec import SLASpec, parse_spec
-from slascaler_sim.baselines import QUEUE_TARGET_PER_POD, HPAController, StaticController
+from slascaler_sim.baselines import (
+    QUEUE_TARGET_PER_POD,
+    DynamoLoadPlanner,
+    HPAController,
+    KPAController,
+    LlmdSLOController,
+    OracleController,
+    StaticController,
+    StaticRuns,
+    hindsight_best_static,
+    oracle_requirements,
+)
 from slascaler_sim.engine import Request
 from slascaler_sim.fleet import EngineSettings
-from slascaler_sim.oracle import OracleController, window_requirements
 from slascaler_sim.profiles import PROFILES, CostProfile
 from slascaler_sim.run import Controller, RunResult, SlascalerController, simulate
 from slascaler_sim.workload import (
@@ -129,32 +141,60 @@ def default_scenarios(minutes: float = 30.0) -> list[Scenario]:
     ]
 
 
-POLICIES = ("slascaler", "HPA on queue", "KEDA on TTFT", "Static (peak)", "Oracle")
+POLICIES = (
+    "slascaler", "HPA on queue", "KEDA on TTFT", "llm-d SLO-aware", "Dynamo planner",
+    "AIBrix KPA", "Static (peak)", "Static (hindsight)", "Oracle",
+)  # fmt: skip
 
 
-def _controllers(scenario: Scenario, seed: int, with_oracle: bool) -> list[tuple[Controller, int]]:
-    """The policies, each with the replicas it starts from.
+def _controllers(
+    scenario: Scenario, seed: int, with_oracle: bool
+) -> list[tuple[Controller, int, EngineSettings]]:
+    """The policies, each with the replicas and engine settings it starts from.
 
     With the oracle, every policy starts from the oracle's first-minute requirement (what a
     user who sized the Deployment for the opening load would have); without, from the
-    scenario's initial count.
+    scenario's initial count. Only the hindsight-best static configuration starts with other
+    engine settings than the scenario's.
     """
     spec = scenario.spec()
     initial = scenario.initial_replicas
-    extra: list[tuple[Controller, int]] = []
+    settings = scenario.settings
+    top = scenario.max_replicas
+    extra: list[tuple[Controller, int, EngineSettings]] = []
     if with_oracle:
-        needed = window_requirements(
-            lambda: scenario.workload(seed), scenario.profile, scenario.settings,
-            scenario.duration_s, scenario.threshold_ms, 95.0, scenario.max_replicas,
+        runs = StaticRuns(
+            lambda: scenario.workload(seed), scenario.profile, scenario.duration_s,
+            scenario.threshold_ms,
         )  # fmt: skip
-        oracle = OracleController(needed, scenario.startup_s)
-        peak = max(n or 1 for n in needed)
-        initial = needed[0] or scenario.initial_replicas
-        extra = [(StaticController(peak), peak), (oracle, oracle.target(0.0))]
+        needed = oracle_requirements(runs, settings, top, scenario.startup_s, scenario.gpu_limit)
+        oracle = OracleController(needed.counts, scenario.startup_s)
+        initial = needed.counts[0]
+        peak = needed.peak()
+        best = hindsight_best_static(
+            runs, settings, scenario.knobs, top, scenario.itl_ms, scenario.startup_s
+        )
+        hindsight = StaticController(
+            best.replicas, name="Static (hindsight)", settings=best.settings
+        )
+        extra = [
+            (StaticController(peak), peak, settings),
+            (hindsight, best.replicas, best.settings),
+            (oracle, oracle.target(0.0), settings),
+        ]
     return [
-        (SlascalerController(spec), initial),
-        (HPAController("queue", QUEUE_TARGET_PER_POD, 1, scenario.max_replicas), initial),
-        (HPAController("ttft", scenario.threshold_ms, 1, scenario.max_replicas), initial),
+        (SlascalerController(spec), initial, settings),
+        (HPAController("queue", QUEUE_TARGET_PER_POD, 1, top), initial, settings),
+        (HPAController("ttft", scenario.threshold_ms, 1, top), initial, settings),
+        (LlmdSLOController(scenario.threshold_ms, scenario.itl_ms, 1, top), initial, settings),
+        (
+            DynamoLoadPlanner(
+                scenario.threshold_ms, scenario.itl_ms, top, scenario.profile.kv_capacity_tokens
+            ),
+            initial,
+            settings,
+        ),
+        (KPAController(1, top), initial, settings),
         *extra,
     ]
 
@@ -175,13 +215,13 @@ def run_matrix(
     rows: list[Row] = []
     for scenario in scenarios:
         for seed in seeds:
-            for controller, initial in _controllers(scenario, seed, with_oracle):
+            for controller, initial, settings in _controllers(scenario, seed, with_oracle):
                 progress(f"{scenario.name} / seed {seed} / {controller.name}")
                 result = simulate(
                     scenario.workload(seed),
                     controller,
                     scenario.profile,
-                    scenario.settings,
+                    settings,
                     initial,
                     scenario.startup_s,
                     scenario.duration_s,
