@@ -11,8 +11,10 @@ Windows are not independent: a window's backlog carries into the next, and in a 
 fixed count every window starts with that count's backlog, while the oracle, which changes
 its count, may enter a window with the larger backlog of fewer replicas before it. So
 `oracle_requirements` checks the schedule in a closed-loop run of `OracleController` and, for
-every window some count can meet but the oracle missed, asks for one replica more in that
-window (and in the window before, once the window was already raised), up to
+every window some count can meet but the oracle missed, raises that window to the next count
+that met it in a fixed-count run (one more where none was run: near the objective the
+percentile is not exactly monotone in the count) and, once the window was already raised,
+the window before to the same count (its backlog is what carried over), up to
 `REFINEMENT_ROUNDS` times.
 
 `OracleController` asks, at every moment, for the largest requirement of the windows between
@@ -30,7 +32,7 @@ from slascaler_sim.baselines.profiling import Requirements, StaticRuns, window_r
 from slascaler_sim.fleet import EngineSettings
 from slascaler_sim.run import WINDOW_S, simulate
 
-REFINEMENT_ROUNDS = 4
+REFINEMENT_ROUNDS = 6
 
 
 @dataclass
@@ -52,6 +54,20 @@ class OracleController:
         target = self.target(now)
         if target != fleet.desired:
             fleet.scale(target)
+
+
+def _next_meeting_count(
+    runs: StaticRuns, settings: EngineSettings, window: int, count: int, max_replicas: int
+) -> int:
+    """The smallest count above `count` that met the window in a fixed-count run (one more
+    when none was run): percentiles are not exactly monotone near the objective."""
+    threshold = runs.threshold_ms
+    meeting = [
+        n
+        for n, run in runs.probed(settings).items()
+        if n > count and run.percentiles[window] <= threshold
+    ]
+    return min(meeting, default=min(count + 1, max_replicas))
 
 
 def oracle_requirements(
@@ -81,10 +97,11 @@ def oracle_requirements(
         for w in missed:
             if not requirements.feasible[w]:
                 continue
-            for target in (w, w - 1) if w in raised else (w,):
-                if 0 <= target < len(counts) and counts[target] < max_replicas:
-                    counts[target] += 1
-                    changed = True
+            raise_to = _next_meeting_count(runs, settings, w, counts[w], max_replicas)
+            if raise_to > counts[w]:
+                counts[w], changed = raise_to, True
+            if w in raised and w > 0 and counts[w - 1] < counts[w]:
+                counts[w - 1], changed = counts[w], True  # the backlog came from before
             raised.add(w)
         if not changed:
             break

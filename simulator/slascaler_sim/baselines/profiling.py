@@ -10,12 +10,13 @@ where none up to `max_replicas` does, the count that gives the lowest percentile
 replicas within 1% (`LOWEST_PERCENTILE_TIE`: the same minute's percentile up to noise) of the
 percentile at `max_replicas` (more replicas are assumed not to make a window slower, so the
 lowest is at the maximum). Cheaply: counts are probed by doubling (1, 2, 4, …) until every
-window is met or `max_replicas` is reached, then each window's requirement is bisected between
-the largest count that failed it and the smallest that met it, all windows at once (each
-further run is at the median of the open windows' midpoints). That assumes a window's
-percentile does not rise with more replicas; about log2(max) + a few runs instead of one per
-count. Windows are judged as if independent; `baselines.oracle` corrects for the backlog one
-window hands the next.
+window is met or `max_replicas` is reached; then each window's requirement is bisected
+between the largest count that failed it and the smallest that met it, all windows at once
+(each further run is at the median of the open windows' midpoints), exactly up to 8 replicas
+and within an eighth above that. That assumes a window's percentile does not rise with more
+replicas; it takes about log2(max) runs plus a few per distinct requirement, instead of one
+per count. Windows are judged as if independent; `baselines.oracle` corrects for the
+backlog one window hands the next.
 
 Called by `baselines.oracle` and `baselines.static`.
 """
@@ -51,7 +52,7 @@ class _Hold:
 class StaticRun:
     """One window-by-window outcome of the workload on a fixed fleet."""
 
-    percentiles: tuple[float, ...]  # per 1-minute window from t=0; NaN where none arrived
+    percentiles: tuple[float, ...]  # per 1-minute window from t=0; NaN: no arrival in it
     itl_p95_ms: float
 
 
@@ -86,7 +87,9 @@ class StaticRuns:
             for start, value in result.window_p95():
                 index = int(start // WINDOW_S)
                 if index < self.windows:
-                    percentiles[index] = value
+                    # A window with unserved requests can come back NaN (inf − inf in the
+                    # interpolation): it is a missed window, not an empty one.
+                    percentiles[index] = math.inf if math.isnan(value) else value
             self._cache[key] = StaticRun(tuple(percentiles), result.itl_p95_ms)
         return self._cache[key]
 
@@ -104,6 +107,13 @@ class Requirements:
 
     def peak(self) -> int:
         return max(self.counts, default=1)
+
+
+def _resolution(lo: int) -> int:
+    """How close the search brackets a requirement: exactly up to 8 replicas, within an
+    eighth above (a window needing 20 may be given 22), which spares most runs at high
+    counts, where the percentile is flat enough for neighbouring counts to be noise."""
+    return max(1, lo // 8)
 
 
 def window_requirements(
@@ -153,7 +163,7 @@ def window_requirements(
             if count < hi[w] and not ok(w, run.percentiles[w]):
                 lo[w] = max(lo[w], count)
     while True:
-        open_windows = [w for w in range(windows) if hi[w] - lo[w] > 1]
+        open_windows = [w for w in range(windows) if hi[w] - lo[w] > _resolution(lo[w])]
         if not open_windows:
             break
         count = int(statistics.median_low([(lo[w] + hi[w]) // 2 for w in open_windows]))
