@@ -121,19 +121,20 @@ class Replica:
         self._update_gauges(now)
 
     def forward_pass(self) -> ForwardPass:
-        """The latest iteration and the waiting queue now, as Dynamo's workers report them
-        (wall time 0 while idle: no iteration is running)."""
+        """The latest iteration and the waiting queue, as Dynamo's instrumented scheduler
+        publishes them (`ForwardPassMetrics`); all zeros once idle (its idle heartbeat).
+        Queued prefill counts whole prompts; a preempted request waits as queued decode KV."""
         step = self.last_step if self.step is not None else None
-        queued = sum(r.prefill_target - r.prefilled for r in self.waiting)
         if step is None:
-            return ForwardPass(0.0, 0, 0, 0, 0, queued)
+            return ForwardPass(0.0, 0, 0, 0, 0, 0, 0)
         return ForwardPass(
             wall_time_s=step.duration,
             scheduled_prefill_tokens=sum(t for _, t in step.chunks),
             scheduled_prefill_requests=len(step.chunks),
             scheduled_decode_kv_tokens=step.decode_kv,
             scheduled_decode_requests=len(step.decodes),
-            queued_prefill_tokens=queued,
+            queued_prefill_tokens=sum(r.prompt for r in self.waiting if not r.preemptions),
+            queued_decode_kv_tokens=sum(r.prefill_target for r in self.waiting if r.preemptions),
         )
 
     @property

@@ -33,8 +33,8 @@ class ForwardPass:
     scheduled_prefill_requests: int
     scheduled_decode_kv_tokens: int  # context length of the decodes in the iteration
     scheduled_decode_requests: int
-    queued_prefill_tokens: int  # prompt tokens not yet computed, of the waiting requests
-    queued_decode_kv_tokens: int = 0
+    queued_prefill_tokens: int  # prompt tokens of the waiting (never scheduled) requests
+    queued_decode_kv_tokens: int = 0  # context of preempted requests waiting again
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,12 @@
 """The Kubernetes HPA algorithm, and the two recipes that run it: HPA on queue, KEDA on TTFT.
 
-Follows kubernetes/kubernetes `pkg/controller/podautoscaler` (autoscaling/v2, v1.30+):
-- `replica_calculator.go`: outside the 10% tolerance, a per-pod (AverageValue) metric asks
-  for ceil(usage / target) and a Value metric for ceil(usage / target × ready pods);
+Follows kubernetes/kubernetes `pkg/controller/podautoscaler` as on its master branch
+(autoscaling/v2; the rate limits' period start counts both scale-up and scale-down events,
+as `calculateScaleUpLimitWithScalingRules` does since that fix; read in the index's copies of
+`horizontal.go` and `replica_calculator.go`):
+- `replica_calculator.go`: outside the 10% tolerance (`--horizontal-pod-autoscaler-tolerance`),
+  an External AverageValue metric asks for ceil(usage / target), judged on usage / (target ×
+  status.replicas), and a Value metric for ceil(usage / target × ready pods);
 - `horizontal.go` (`normalizeDesiredReplicasWithBehaviors`): the recommendation is first
   stabilised (the lowest recommendation of the scale-up window, the highest of the scale-down
   window, both counting the new one, bound the move from the current count), then rate

@@ -13,14 +13,15 @@ The search, kept cheap by reusing the profiling runs (`baselines.profiling`):
 1. at the scenario's engine settings, every window's requirement; the count n0 that meets
    the most windows with the fewest replicas is the largest requirement among the windows
    some count meets (its run is among the probes, so what it meets is measured, not assumed);
-2. every other (max batch size, chunk size) pair of a small grid drawn from the knob bounds
-   (each knob at its minimum, its maximum and the scenario's setting: up to 9 pairs) is run
-   once at n0; a careful engineer also keeps the ITL objective, so pairs whose ITL p95 at n0
-   exceeds it are out (unless every pair's does);
-3. the pair meeting the most windows at n0 (ties: the scenario's settings, then the grid's
-   order) is searched as in step 1 for its own fewest replicas meeting its most windows.
-About the oracle's runs plus 8 + a few; windows are counted from `skip_s` (the benchmark
-judges none before the first start-up delay).
+2. the knobs are tuned one at a time at n0, as an engineer profiling would: the chunk size
+   at its minimum and maximum (the scenario's bounds), keeping the best, then the max batch
+   size likewise; a setting replaces the best so far when it keeps the ITL objective (ITL
+   p95 of the run) where the best did not, or keeps it as well and meets more windows;
+3. if the knobs moved, the new pair gets its own count: what `max_replicas` meets there,
+   then the fewest replicas meeting as many, by bisection over the count (about log2(max)
+   runs); the better of it and step 1's configuration is the answer.
+4 runs beyond the oracle's, 6 more when the knobs move; windows are counted from `skip_s`
+(the benchmark judges none before the first start-up delay).
 
 Called by the benchmarks; `StaticController` is called every `period_s` by the run loop.
 """
@@ -28,7 +29,7 @@ Called by the benchmarks; `StaticController` is called every `period_s` by the r
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slascaler_sim.baselines.interface import FleetView
 from slascaler_sim.baselines.profiling import StaticRuns, window_requirements
@@ -59,22 +60,10 @@ class StaticChoice:
     itl_p95_ms: float
 
 
-def knob_grid(settings: EngineSettings, knobs: dict[str, dict[str, int]]) -> list[EngineSettings]:
-    """The scenario's settings first, then each knob at its minimum, maximum and current
-    value (deduplicated)."""
-    batch = knobs.get("maxBatchSize", {})
-    chunk = knobs.get("chunkSize", {})
-    batches = [settings.max_num_seqs, batch.get("min", settings.max_num_seqs)]
-    batches.append(batch.get("max", settings.max_num_seqs))
-    chunks = [settings.max_num_batched_tokens, chunk.get("min", settings.max_num_batched_tokens)]
-    chunks.append(chunk.get("max", settings.max_num_batched_tokens))
-    grid = [settings]
-    for b in dict.fromkeys(batches):
-        for c in dict.fromkeys(chunks):
-            candidate = EngineSettings(max_num_seqs=b, max_num_batched_tokens=c)
-            if candidate not in grid:
-                grid.append(candidate)
-    return grid
+def knob_values(knobs: dict[str, dict[str, int]], name: str) -> tuple[int, ...]:
+    """A knob's bounds from the scenario (none when the knob is not tunable)."""
+    bounds = knobs.get(name, {})
+    return tuple(bounds[k] for k in ("min", "max") if k in bounds)
 
 
 def _windows_met(percentiles: tuple[float, ...], threshold_ms: float, skip_s: float) -> int:
@@ -85,7 +74,8 @@ def _windows_met(percentiles: tuple[float, ...], threshold_ms: float, skip_s: fl
 def _best_count(
     runs: StaticRuns, settings: EngineSettings, max_replicas: int, skip_s: float
 ) -> StaticChoice:
-    """The fewest replicas meeting the most windows at these settings."""
+    """At the scenario's settings: the largest requirement among the windows some count
+    meets (the oracle's runs have already found them)."""
     requirements = window_requirements(runs, settings, max_replicas, lowest_percentile=False)
     first = math.ceil(skip_s / WINDOW_S - 1e-9)
     judged = range(first, len(requirements.counts))
@@ -93,6 +83,29 @@ def _best_count(
     run = runs.run(settings, count)
     met = _windows_met(run.percentiles, runs.threshold_ms, skip_s)
     return StaticChoice(count, settings, met, run.itl_p95_ms)
+
+
+def _fewest_for_most(
+    runs: StaticRuns, settings: EngineSettings, max_replicas: int, skip_s: float
+) -> StaticChoice:
+    """At other settings: what `max_replicas` meets, then the fewest replicas meeting as many
+    windows, by bisection over the count (what a fleet meets is taken not to shrink with
+    more replicas); every run already made at these settings narrows the search."""
+
+    def met(n: int) -> int:
+        return _windows_met(runs.run(settings, n).percentiles, runs.threshold_ms, skip_s)
+
+    most = met(max_replicas)
+    known = {n: met(n) for n in runs.probed(settings)}
+    hi = min(n for n, m in known.items() if m >= most)
+    lo = max((n for n, m in known.items() if n < hi and m < most), default=0)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if met(mid) >= most:
+            hi = mid
+        else:
+            lo = mid
+    return StaticChoice(hi, settings, met(hi), runs.run(settings, hi).itl_p95_ms)
 
 
 def hindsight_best_static(
@@ -106,17 +119,26 @@ def hindsight_best_static(
     """The fixed configuration with the fewest GPU-hours meeting the most windows (see the
     module docstring for the search)."""
     baseline = _best_count(runs, settings, max_replicas, skip_s)
-    scored: list[tuple[EngineSettings, int, float]] = []
-    for candidate in knob_grid(settings, knobs):
-        run = runs.run(candidate, baseline.replicas)
-        met = _windows_met(run.percentiles, runs.threshold_ms, skip_s)
-        scored.append((candidate, met, run.itl_p95_ms))
-    eligible = [s for s in scored if s[2] <= itl_ms] or scored
-    best = max(eligible, key=lambda s: s[1])  # first of the best: scenario settings, then grid
-    if best[0] == settings:
+    count = baseline.replicas
+
+    def score(candidate: EngineSettings) -> tuple[bool, int]:
+        run = runs.run(candidate, count)
+        return run.itl_p95_ms <= itl_ms, _windows_met(run.percentiles, runs.threshold_ms, skip_s)
+
+    best, best_score = settings, score(settings)
+    for knob in ("chunkSize", "maxBatchSize"):  # one knob at a time, chunk size first
+        start = best
+        for value in knob_values(knobs, knob):
+            if knob == "chunkSize":
+                candidate = replace(start, max_num_batched_tokens=value)
+            else:
+                candidate = replace(start, max_num_seqs=value)
+            if candidate != start and score(candidate) > best_score:
+                best, best_score = candidate, score(candidate)
+    if best == settings:
         return baseline
-    choice = _best_count(runs, best[0], max_replicas, skip_s)
+    choice = _fewest_for_most(runs, best, max_replicas, skip_s)
     # Percentiles are not exactly monotone in the count: keep the better of the two searches
     # (on a tie, the scenario's settings, unless they break the ITL objective).
-    order = (baseline, choice) if any(s[0] == settings for s in eligible) else (choice, baseline)
+    order = (baseline, choice) if score(settings)[0] else (choice, baseline)
     return max(order, key=lambda c: (c.windows_met, -c.replicas))
