@@ -14,6 +14,7 @@ Called by `slascaler bench`, the demo and `make bench`; `sim.report` writes the 
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import time
@@ -21,10 +22,21 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 
-from slascaler_sim.baselines import QUEUE_TARGET_PER_POD, HPAController, StaticController
+from slascaler_sim.baselines import (
+    QUEUE_TARGET_PER_POD,
+    DynamoLoadPlanner,
+    HPAController,
+    KPAController,
+    LlmdSLOController,
+    OracleController,
+    StaticChoice,
+    StaticController,
+    StaticRuns,
+    hindsight_best_static,
+    oracle_requirements,
+)
 from slascaler_sim.engine import Request
 from slascaler_sim.fleet import EngineSettings, Fleet
-from slascaler_sim.oracle import OracleController, window_requirements
 from slascaler_sim.profiles import PROFILES
 from slascaler_sim.run import Controller, OperatorController, RunResult, simulate
 from slascaler_sim.suite import Scenario
@@ -33,19 +45,26 @@ from slascaler_sim.workload import load_trace, replay
 SLASCALER = "slascaler"
 ORACLE = "Oracle"
 STATIC_PEAK = "Static (peak)"
+STATIC_HINDSIGHT = "Static (hindsight)"
 TIMELINE_STEP_S = 30.0
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What the oracle's sweep says of one scenario and seed, for building the policies."""
+    """What the runs at fixed counts say of one scenario and seed, to build the policies."""
 
-    needed: tuple[int | None, ...]  # per 1-minute window, the fewest replicas that meet it
-    initial: int  # the opening window's count: where every policy starts
+    needed: tuple[int, ...]  # per 1-minute window, the oracle's count (`baselines.oracle`)
+    hindsight: StaticChoice  # the hindsight-best static configuration
+    profiling_runs: int  # runs at fixed counts the two took
+
+    @property
+    def initial(self) -> int:
+        """The opening window's count: where every online policy starts."""
+        return self.needed[0] if self.needed else 1
 
     @property
     def peak(self) -> int:
-        return max((n for n in self.needed if n is not None), default=self.initial)
+        return max(self.needed, default=1)
 
 
 PolicyFactory = Callable[[Scenario, Plan], tuple[Controller, int, EngineSettings]]
@@ -65,12 +84,38 @@ def _keda_ttft(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineS
     return controller, plan.initial, scenario.settings
 
 
+def _llmd(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineSettings]:
+    itl = scenario.itl_ms if scenario.itl_ms is not None else math.inf
+    controller = LlmdSLOController(scenario.threshold_ms, itl, 1, scenario.max_replicas)
+    return controller, plan.initial, scenario.settings
+
+
+def _dynamo(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineSettings]:
+    itl = scenario.itl_ms if scenario.itl_ms is not None else math.inf
+    controller = DynamoLoadPlanner(
+        scenario.threshold_ms, itl, scenario.max_replicas, scenario.profile.kv_capacity_tokens
+    )
+    return controller, plan.initial, scenario.settings
+
+
+def _kpa(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineSettings]:
+    return KPAController(1, scenario.max_replicas), plan.initial, scenario.settings
+
+
 def _static_peak(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineSettings]:
     return StaticController(plan.peak), plan.peak, scenario.settings
 
 
+def _static_hindsight(
+    scenario: Scenario, plan: Plan
+) -> tuple[Controller, int, EngineSettings]:
+    best = plan.hindsight
+    controller = StaticController(best.replicas, name=STATIC_HINDSIGHT, settings=best.settings)
+    return controller, best.replicas, best.settings
+
+
 def _oracle(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineSettings]:
-    oracle = OracleController(list(plan.needed), scenario.startup_s)
+    oracle = OracleController(plan.needed, scenario.startup_s)
     return oracle, oracle.target(0.0), scenario.settings
 
 
@@ -78,7 +123,11 @@ POLICIES: dict[str, PolicyFactory] = {
     SLASCALER: _slascaler,
     "HPA on queue": _hpa_queue,
     "KEDA on TTFT": _keda_ttft,
+    "llm-d SLO-aware": _llmd,
+    "Dynamo planner": _dynamo,
+    "AIBrix KPA": _kpa,
     STATIC_PEAK: _static_peak,
+    STATIC_HINDSIGHT: _static_hindsight,
     ORACLE: _oracle,
 }
 REPLICAS_ONLY = frozenset(POLICIES) - {SLASCALER}
@@ -145,11 +194,19 @@ def requests_of(scenario: Scenario, seed: int) -> list[Request]:
 
 
 def plan_of(scenario: Scenario, seed: int) -> Plan:
-    needed = window_requirements(
-        lambda: requests_of(scenario, seed), scenario.profile, scenario.settings,
-        scenario.duration_s, scenario.threshold_ms, scenario.percentile, scenario.max_replicas,
+    """The oracle's schedule and the hindsight-best static configuration (shared runs)."""
+    runs = StaticRuns(
+        lambda: requests_of(scenario, seed), scenario.profile, scenario.duration_s,
+        scenario.threshold_ms, scenario.percentile,
     )  # fmt: skip
-    return Plan(tuple(needed), needed[0] if needed and needed[0] else scenario.initial_replicas)
+    needed = oracle_requirements(
+        runs, scenario.settings, scenario.max_replicas, scenario.startup_s, scenario.gpu_limit
+    )
+    itl = scenario.itl_ms if scenario.itl_ms is not None else math.inf
+    best = hindsight_best_static(
+        runs, scenario.settings, scenario.knobs, scenario.max_replicas, itl, scenario.startup_s
+    )
+    return Plan(tuple(needed.counts), best, runs.runs_made)
 
 
 def run_policy(scenario: Scenario, seed: int, policy: str, plan: Plan) -> Outcome:

@@ -9,7 +9,9 @@
   and maxUnavailable 1 when both resolve to 0): new replicas start with the new flags, old
   ones drain while enough stay available.
 - `observation(window_s)` returns the same `Observation` the Prometheus source builds:
-  increases over the window of every histogram summed over replicas, window-average gauges.
+  increases over the window of every histogram summed over replicas, window-average gauges;
+  for the baselines also the ready replicas' KV-cache usage now and their latest forward
+  pass (what Dynamo's workers publish).
 
 Event loop: time advances to the earliest of the next arrival and the replicas' own events
 (step ends, becoming ready). Used by the benchmarks (virtual time) and the real-time server.
@@ -175,6 +177,7 @@ class Fleet:
             return current.histograms[name].minus(earlier.histograms[name]).to_histogram(scale)
 
         ttft = delta("vllm:time_to_first_token_seconds")
+        serving = [r for r in self.replicas if r.phase is Phase.READY]
         return Observation(
             observed_at=self.now,
             window_s=elapsed,
@@ -189,6 +192,8 @@ class Fleet:
             running=(current.running_integral - earlier.running_integral) / elapsed,
             reporting_pods=round(sum(ready) / len(ready)),
             waiting_now=sum(len(r.waiting) for r in self.replicas) + len(self.backlog),
+            kv_cache_usage_now=sum(r.kv_cache_usage for r in serving),
+            forward_passes=tuple(r.forward_pass() for r in serving),
         )
 
     # -- the event loop ----------------------------------------------------------------

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from slascaler.cli import main
-from slascaler_sim.baselines import HPAController, StaticController
+from slascaler_sim.baselines import HPAController, OracleController, StaticController
+from slascaler_sim.benchmark import POLICIES
 from slascaler_sim.fleet import EngineSettings, Fleet
-from slascaler_sim.oracle import OracleController
 from slascaler_sim.profiles import PROFILES
 from slascaler_sim.run import OperatorController, simulate
 from slascaler_sim.workload import load_trace, modulated_poisson, step_rate
@@ -129,6 +129,6 @@ def test_bench_on_a_user_trace(tmp_path: Path) -> None:
     )
     assert status == 0
     table = out.getvalue()
-    for policy in ("slascaler", "HPA on queue", "KEDA on TTFT", "Static (peak)", "Oracle"):
+    for policy in POLICIES:
         assert f"| {policy} |" in table
-    assert (tmp_path / "bench.csv").read_text().count("\n") == 6
+    assert (tmp_path / "bench.csv").read_text().count("\n") == len(POLICIES) + 1
