@@ -26,7 +26,7 @@ from slascaler_sim.profiles import PROFILES
 from slascaler_sim.run import engine_args
 
 CRD = Path(__file__).parents[1] / "manifests" / "crds" / "slascaler.io_inferenceslas.yaml"
-NAMESPACE, NAME = "team-a", "llama"
+NAMESPACE, NAME, SLA_NAME = "team-a", "llama", "llama-chat"
 SETTINGS = EngineSettings(64, 2048)
 
 
@@ -68,7 +68,7 @@ class Edge:
         self.deployment: SimDeployment = self.cluster.add_deployment(
             NAMESPACE, NAME, self.fleet, args=engine_args(Engine.VLLM, settings)
         )
-        self.cluster.add_inference_sla(NAMESPACE, NAME, {"targetRef": {"name": NAME}, **spec})
+        self.cluster.add_inference_sla(NAMESPACE, SLA_NAME, {"targetRef": {"name": NAME}, **spec})
         self.source = FixedSource()
         self.telemetry = Telemetry()
         self.reconciler = Reconciler(
@@ -79,7 +79,7 @@ class Edge:
         return self.reconciler.reconcile(self.sla())
 
     def sla(self) -> Json:
-        return self.cluster.get_inference_sla(NAMESPACE, NAME)
+        return self.cluster.get_inference_sla(NAMESPACE, SLA_NAME)
 
     @property
     def status(self) -> Json:

@@ -294,7 +294,9 @@ class Reconciler:
         flags = {flag_names[c.knob]: c.new for c in decision.changes if c.knob in flag_names}
         replicas = next((c.new for c in decision.changes if c.knob == "replicas"), None)
         try:
-            written = apply_changes(self.api, namespace, name, fresh, replicas, flags, reread)
+            written = apply_changes(
+                self.api, namespace, spec.target.name, fresh, replicas, flags, reread
+            )
         except TargetChanged as error:
             return _Outcome(
                 last_action=last_action, hold=("HoldTargetChanged", f"not acting: {error}", False)
