@@ -225,14 +225,18 @@ def write_csv(rows: Sequence[Row], path: Path) -> None:
             writer.writerow(_cells(row))
 
 
-def simulator_speed(replicas: int = 8) -> tuple[int, float, float]:
-    """(requests, CPU seconds, virtual/CPU ratio) for one hour of the conversation trace."""
+def simulator_speed(
+    replicas: int = 8, router: str = "least-outstanding"
+) -> tuple[int, float, float]:
+    """(requests, CPU seconds, virtual/CPU ratio) for one hour of the conversation trace, its
+    prompts sharing prefixes (`prefixes.SharedPrefixes()`, so prefix caching is at work)."""
     import time
 
     from slascaler_sim.fleet import Fleet
+    from slascaler_sim.prefixes import assign_shared_prefixes
 
-    requests = replay(load_trace("conversation"))
-    fleet = Fleet(PROFILES["llama3-8b-h100"], replicas, EngineSettings(256, 8192))
+    requests = assign_shared_prefixes(replay(load_trace("conversation")), seed=1)
+    fleet = Fleet(PROFILES["llama3-8b-h100"], replicas, EngineSettings(256, 8192), router=router)
     fleet.feed(requests)
     span = requests[-1].arrival
     started = time.process_time()

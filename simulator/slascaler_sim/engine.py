@@ -67,8 +67,8 @@ class Request:
     prefill_target: int = 0  # tokens to prefill: prompt, or prompt + generated after preemption
     prefilled: int = 0  # includes the tokens found in the prefix cache
     generated: int = 0
-    kv: int = 0  # KV tokens held privately (blocks shared through the prefix cache excluded)
-    held: list[int] = field(default_factory=list)  # prefix-cache blocks referenced
+    kv: int = 0  # KV tokens of its context (in `held` cached blocks or its own)
+    held: int = 0  # leading prompt blocks it holds in the prefix cache (shared with others)
     cached_tokens: int = 0  # prompt tokens found in the prefix cache at first admission
     refused: str | None = None  # vLLM's error message, for a request refused (HTTP 400)
     scheduled_at: float | None = None
@@ -210,12 +210,14 @@ class Replica:
         return cache.match(request.block_hashes, limit)
 
     def _release(self, request: Request) -> None:
-        """Free what a request holds: its private KV and its references to cached blocks."""
+        """Free what a request holds: its own KV and its references to cached blocks."""
         freed = request.kv
         if request.held:
-            assert self.cache is not None
-            freed += self.cache.release(request.held)
-            request.held = []
+            cache = self.cache
+            assert cache is not None
+            freed += cache.release(request.block_hashes, request.held)
+            freed -= request.held * cache.block_tokens
+            request.held = 0
         self.kv_used -= freed
         request.kv = 0
 
@@ -266,9 +268,9 @@ class Replica:
                 counters["vllm:prefix_cache_hits_total"] += hit
             if hit_blocks:
                 assert self.cache is not None
-                request.held = list(request.block_hashes[:hit_blocks])
-                self.kv_used += self.cache.acquire(request.held)
-                request.prefilled = hit
+                self.kv_used += self.cache.acquire(request.block_hashes, hit_blocks)
+                request.held = hit_blocks
+                request.prefilled = request.kv = hit
             self.running.append(request)
             chunks.append((request, tokens))
             pairs += prefill_pairs(tokens, hit)
@@ -282,8 +284,6 @@ class Replica:
             return
         prefill_tokens = sum(t for _, t in chunks)
         kv_read = sum(r.kv for r in decodes)
-        if self.cache is not None:
-            kv_read += sum(len(r.held) for r in decodes) * self.cache.block_tokens
         repeats = 1
         if not chunks:
             # Decode-only: nothing changes until a request finishes or the KV cache fills.
@@ -312,12 +312,11 @@ class Replica:
             )
         record.counters["vllm:generation_tokens_total"] += repeats * len(step.decodes)
         for request, tokens in step.chunks:
-            before = request.prefilled
             request.prefilled += tokens
             request.kv += tokens
             self.kv_used += tokens
             if request.block_hashes and self.cache is not None:
-                self._cache_blocks(request, before)
+                self._cache_blocks(request)
             if request.decoding:
                 self._emit_token_after_prefill(request, end)
         done = [r for r in self.running if r.generated >= r.output]
@@ -328,21 +327,18 @@ class Replica:
         if self.cache is not None:
             self.cache.evict_to(self.profile.kv_capacity_tokens - self.kv_used)
 
-    def _cache_blocks(self, request: Request, before: int) -> None:
-        """Cache the prompt blocks that the chunk just computed filled (those ending in
-        (before, prefilled]); a block another request already cached stays private."""
+    def _cache_blocks(self, request: Request) -> None:
+        """Cache the prompt blocks the request has filled and not cached yet (those another
+        request cached meanwhile are shared instead)."""
         cache = self.cache
         assert cache is not None
         size = request.hash_block_tokens
         if size != cache.block_tokens:
             return
-        hashes = request.block_hashes
-        last = min(len(hashes), request.prompt // size, request.prefilled // size)
-        for index in range(before // size, last):
-            block = hashes[index]
-            if cache.insert(block):
-                request.held.append(block)
-                request.kv -= size
+        full = min(len(request.block_hashes), request.prompt // size, request.prefilled // size)
+        if request.held < full:
+            request.held, change = cache.extend(request.block_hashes, request.held, full)
+            self.kv_used += change
 
     def _emit_token_after_prefill(self, request: Request, now: float) -> None:
         record = self.recorder
