@@ -199,14 +199,15 @@ class Replica:
 
     def _lookup(self, request: Request) -> tuple[int, int]:
         """(leading prompt blocks cached, tokens of those no request uses now): whole blocks,
-        at most `prefill_target - 1` tokens (vLLM computes the last token for its logits)."""
+        at most all tokens to prefill but one (vLLM computes the last token for its logits)."""
         cache = self.cache
         if cache is None or not request.block_hashes:
             return 0, 0
         size = request.hash_block_tokens
         if size != cache.block_tokens:
             return 0, 0
-        limit = min(request.prompt // size, (request.prefill_target - 1) // size)
+        tokens = max(request.prefill_target, request.prompt)  # prompt + generated if preempted
+        limit = min(request.prompt // size, (tokens - 1) // size)
         return cache.match(request.block_hashes, limit)
 
     def _release(self, request: Request) -> None:

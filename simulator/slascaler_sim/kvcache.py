@@ -177,7 +177,7 @@ class PrefixCache:
                 if not self.index.keys().isdisjoint(fresh):
                     fresh = tuple(itertools.takewhile(lambda h: h not in self.index, fresh))
                 self.index.update(zip(fresh, repeat(Run(fresh, 1))))
-                return held + len(fresh), change
+                return held + len(fresh), change * self.block_tokens
             if run.blocks[0] != hashes[held]:
                 break
             common = self._common(run, hashes, held, upto)

@@ -6,24 +6,27 @@ Traces that carry prefix information give it as one hash per block of prompt tok
 (Mooncake's JSONL traces, FAST'25: `hash_ids`, one per 512 tokens); the Azure traces and the
 synthetic loads built on their lengths have none. `assign_shared_prefixes` makes them:
 
-- there are `groups` shared prefixes; prefix g is `prefix_tokens` long, drawn log-uniformly
-  in its range once per group, and is picked with probability ∝ 1 / (g + 1)^`zipf` (a few
-  popular system prompts, a long tail of rare ones; `zipf` 0 is uniform);
-- a share `grouped_share` of the requests belongs to a group; its first
-  min(prefix length, `max_prompt_share` × prompt) tokens are the group's prefix, whole blocks
-  of `block_tokens` tokens, and the rest of its prompt is its own;
-- the other requests share nothing;
+- there are `groups` shared prefixes (system prompts, templates, documents); prefix g is
+  `prefix_tokens` long (whole blocks), drawn log-uniformly in that range once per group;
+- a request can belong to a group whose whole prefix takes at most `max_prompt_share` of
+  its prompt (the rest is the user's own text); among those, it picks group g with weight
+  1 / (g + 1)^`zipf` (a few popular prefixes, a long tail; `zipf` 0 is uniform), with
+  probability `grouped_share`; a request no group fits, or not drawn, shares nothing;
 - every request gets ⌈prompt / block_tokens⌉ hashes, as Mooncake's traces do (the last block
   may be partial; only full blocks are ever cached). Group g's i-th block hashes to
-  g·2³² + i (g ≥ 1), so a shared block always has the same parent; a request's own blocks
-  get negative hashes no other request has.
+  (g + 1)·2³² + i, so a shared block always has the same parent (chained, as vLLM's hashes
+  are); a request's own blocks get negative hashes no other request has.
+
+A group's requests share its whole prefix, as requests with one system prompt do; so the
+prefix cache holds one run per group rather than one per prefix length.
 
 `ideal_hit_share` reports the share of prompt tokens an infinite cache would serve, which is
 what to compare with public figures: in public conversation traces a third to two thirds of
-prompt tokens are shared prefixes (DESIGN §4). The defaults give about half on the bundled
-conversation trace's lengths (0.54; 0.42 on the code trace's). Everything is seeded.
+prompt tokens are shared prefixes (DESIGN §4). The defaults give 0.41 on the bundled
+conversation trace's lengths and 0.31 on the code trace's (seed 1); raise `max_prompt_share`,
+`grouped_share` or the prefix lengths for more. Everything is seeded.
 
-Called by the benchmark (`simulator_speed`, shared-prefix scenarios) and the tests.
+Called by `benchmark.simulator_speed`, by workloads that want shared prefixes, and the tests.
 """
 
 from __future__ import annotations
