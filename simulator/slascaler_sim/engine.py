@@ -223,7 +223,8 @@ class Replica:
         request.kv = 0
 
     def _preempt_for(self, tokens_needed: int) -> None:
-        while self.running and self.kv_used + tokens_needed > self.profile.kv_capacity_tokens:
+        capacity = self.profile.kv_capacity_tokens
+        while self.running and self.kv_used + tokens_needed > capacity:
             victim = self.running.pop()
             self._release(victim)
             victim.prefilled = 0
@@ -231,6 +232,8 @@ class Replica:
             victim.preemptions += 1
             self.recorder.counters["vllm:num_preemptions_total"] += 1
             self.waiting.appendleft(victim)
+            if self.cache is not None:
+                self.cache.evict_to(capacity - self.kv_used)
 
     def _plan(self, now: float) -> None:
         if self.phase in (Phase.STARTING, Phase.STOPPED):

@@ -236,6 +236,29 @@ def test_lru_eviction_takes_the_least_recently_freed_blocks_tail_first() -> None
     assert cache.free_queue() == [10, 2, 1]
 
 
+def _assert_consistent(replica: Replica) -> None:
+    """KV in use = each running request's own tokens + every held run once; a run's holders
+    are the running requests whose held blocks cover it; free runs fit in the free space
+    (none is left where a step's prefill chunks overran the capacity)."""
+    cache = replica.cache
+    assert cache is not None
+    runs = {id(run): run for run in cache.index.values()}.values()
+    holders: dict[int, int] = {}
+    for request in replica.running:
+        done = 0
+        while done < request.held:
+            run = cache.index[request.block_hashes[done]]
+            holders[id(run)] = holders.get(id(run), 0) + 1
+            done += len(run.blocks)
+        assert done == request.held
+    assert all(run.refs == holders.get(id(run), 0) for run in runs)
+    held = sum(len(run.blocks) for run in runs if run.refs)
+    own = sum(r.kv - r.held * B for r in replica.running)
+    assert replica.kv_used == own + held * B
+    assert cache.free_blocks == sum(len(run.blocks) for run in runs if not run.refs)
+    assert cache.free_blocks * B <= max(0, replica.profile.kv_capacity_tokens - replica.kv_used)
+
+
 def test_a_full_kv_cache_evicts_cached_prefixes_and_stays_consistent() -> None:
     requests = modulated_poisson(
         lambda t: 40.0, 40.0, 60.0, load_trace("conversation")[:2000], seed=3
@@ -245,7 +268,10 @@ def test_a_full_kv_cache_evicts_cached_prefixes_and_stays_consistent() -> None:
     accepted = [r for r in requests if r.prompt + r.output < 8192]
     for request in accepted:
         replica.submit(request, 0.0)
-    _run(replica)
+    replica.handle_event(0.0)
+    while replica.step is not None:
+        replica.handle_event(replica.step.end)
+        _assert_consistent(replica)
     cache = replica.cache
     assert cache is not None and cache.evictions > 0
     assert replica.recorder.counters["vllm:num_preemptions_total"] > 0
