@@ -284,6 +284,7 @@ def _variables() -> dict[str, str]:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     args = _parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     status: int = args.run(args, out or sys.stdout)
     return status
 

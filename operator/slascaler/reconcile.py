@@ -2,20 +2,25 @@
 
 1. Parse the spec (a spec the API server let through but the operator cannot use gets
    Ready=False/SpecInvalid, never an exception).
-2. Read the target Deployment (`kube.fleet`); a missing Deployment or container gets
-   Ready=False with the reason, and nothing else happens.
-3. Observe the window (`MetricSource`) and decide (`policy.decide`, pure) with the memory
+2. Read the target Deployment (`kube.fleet`); a missing Deployment or container, or an API
+   error, gets Ready=False with the reason, and nothing else happens.
+3. Settle an action announced by an earlier evaluation that stopped before finishing it
+   (`status.pendingAction`): the Deployment carries it → it is recorded as done, with its
+   Event; it does not → it was never made, and the status says so.
+4. Observe the window (`MetricSource`) and decide (`policy.decide`, pure) with the memory
    kept in the status.
-4. Act, in mode Auto only, after re-validating the decision: it must keep every bound, and a
-   fresh read of the Deployment must match the one the decision was made on (else hold,
-   `HoldTargetChanged`). The memory that records the action is written to the status *before*
-   the action (write-ahead), so an operator killed in between restarts into the cooldown
-   instead of repeating the action; if the action fails, the memory without it is restored.
-5. Write the status and post Events: one per action, and one whenever the reason for holding
-   or recommending changes (so a steady hold is one event, not one per interval), except for
-   the holds that only pace an earlier action (cooldowns, pods starting, a rollout).
+5. Act, in mode Auto only, after re-validating the decision: it must keep every bound, and a
+   fresh read of the Deployment must match the one decided on in everything the decision
+   depends on (else hold, `HoldTargetChanged`). The action is announced in the status first
+   (write-ahead: `pendingAction`, with the memory that records it), then written as one
+   conditional patch of the Deployment (replicas and engine flags together), so an operator
+   killed in between restarts into step 3 instead of repeating or forgetting it. A refused
+   write changes nothing and says why; a write whose outcome is unknown (no answer) stays
+   pending and is settled by the next evaluation.
+6. Write the status and post Events (`status.choose_event`).
 
-Called by the Kopf timer in `wiring` and by the e2e tests; the clock is passed in.
+Called by the Kopf wiring and by the simulator's control loop (the same object, over the
+in-memory cluster); the clock is passed in.
 """
 
 from __future__ import annotations
@@ -25,11 +30,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from slascaler.engines import ENGINES
-from slascaler.kube.actuation import TargetChanged, patch_status, post_event, scale, set_flags
-from slascaler.kube.clients import Clients, Json, describe, kube_time
+from slascaler.kube.actuation import (
+    TargetChanged,
+    action_event_name,
+    apply_changes,
+    patch_status,
+    post_event,
+)
+from slascaler.kube.api import Json, KubeAPI, kube_time
+from slascaler.kube.errors import KubeError, Unreachable
 from slascaler.kube.fleet import ContainerMissing, FleetView, TargetMissing, read_fleet
 from slascaler.metrics.source import MetricSource
 from slascaler.policy import Change, Condition, Decision, PolicyState, Tunables, decide
@@ -37,6 +47,8 @@ from slascaler.policy.decide import DEFAULT_TUNABLES
 from slascaler.policy.decision import Status
 from slascaler.spec import Mode, SLASpec, SpecError, parse_spec
 from slascaler.status import (
+    PendingAction,
+    choose_event,
     engine_flags,
     memory_from_status,
     memory_to_status,
@@ -61,6 +73,17 @@ class Evaluation:
     status: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class _Outcome:
+    """How acting on a decision went."""
+
+    acted: tuple[Change, ...] = ()
+    last_action: Any = None
+    hold: tuple[str, str, bool] | None = None  # (reason code, reason, failed)
+    pending: PendingAction | None = None  # announced, outcome unknown: settled next time
+    written: Json | None = None  # the Deployment as the API server wrote it
+
+
 def validate_decision(decision: Decision, spec: SLASpec) -> str | None:
     """Why the decision breaks a bound of the spec, or None; checked again before acting."""
     if not spec.replicas.contains(decision.replicas):
@@ -78,14 +101,14 @@ def validate_decision(decision: Decision, spec: SLASpec) -> str | None:
 class Reconciler:
     def __init__(
         self,
-        clients: Clients,
+        api: KubeAPI,
         source: MetricSource,
         telemetry: Telemetry,
         clock: Callable[[], float],
         dry_run: bool = False,
         tunables: Tunables = DEFAULT_TUNABLES,
     ) -> None:
-        self.clients = clients
+        self.api = api
         self.source = source
         self.telemetry = telemetry
         self.clock = clock
@@ -109,78 +132,88 @@ class Reconciler:
             self.telemetry.reconciles.labels(namespace, name, "invalid_spec").inc()
             return self._not_evaluated(sla, "SpecInvalid", str(error), now)
         try:
-            view = read_fleet(self.clients, namespace, spec)
+            view = read_fleet(self.api, namespace, spec)
         except TargetMissing as error:
             self.telemetry.reconciles.labels(namespace, name, "target_missing").inc()
             return self._not_evaluated(sla, "TargetNotFound", str(error), now)
         except ContainerMissing as error:
             self.telemetry.reconciles.labels(namespace, name, "target_missing").inc()
             return self._not_evaluated(sla, "ContainerNotFound", str(error), now)
-        except ApiException as error:  # e.g. RBAC refusing a read: say so, retry next interval
+        except KubeError as error:  # e.g. RBAC refusing a read: say so, retry next interval
             self.telemetry.errors.labels("kubernetes").inc()
             self.telemetry.reconciles.labels(namespace, name, "kubernetes_error").inc()
-            message = f"reading the target failed: {describe(error)}"
+            message = f"reading the target failed: {error}"
             return self._not_evaluated(sla, "KubernetesError", message, now)
 
         memory, memory_note = memory_from_status(previous.get("memory"))
+        notes = [*view.notes]
+        if memory_note:
+            notes.append(memory_note)
+        last_action = previous.get("lastAction")
+        pending = PendingAction.from_status(previous.get("pendingAction"))
+        if pending is not None:
+            if pending.landed(view.state):
+                memory, last_action = pending.memory, pending.last_action()
+                self._event(
+                    sla, "Normal", pending.reason_code, pending.message, now,
+                    name=action_event_name(name, pending.key),
+                )  # fmt: skip
+                notes.append(f"the action of {pending.time} ({pending.change}) was made")
+            else:
+                notes.append(
+                    f"the action announced at {pending.time} ({pending.change}) was never "
+                    "written to the Deployment (the operator stopped first, or the write "
+                    "failed): nothing was changed"
+                )
+
         observation = self.source.observe(namespace, spec, now)
         if observation.source_error is not None:
             self.telemetry.errors.labels("metrics").inc()
         decision = decide(spec, observation, PolicyState(view.state, memory), now, self.tunables)
-        notes = [*view.notes, *observation.derived]
-        if memory_note:
-            notes.append(memory_note)
+        notes += observation.derived
 
         auto = spec.mode is Mode.AUTO and not self.dry_run
         memory_out = decision.memory_if_held
-        acted: tuple[Change, ...] = ()
-        last_action = previous.get("lastAction")
         conditions = {c.type: c for c in decision.conditions}
         reason_code, reason = decision.reason_code, decision.reason
-        event: tuple[str, str, str] | None = None
-
+        outcome = _Outcome(last_action=last_action)
         if decision.acts and auto:
-            outcome = self._act(sla, spec, view, decision, now)
-            acted, last_action, hold = outcome
-            if acted:
+            outcome = self._act(sla, spec, view, decision, now, last_action)
+            if outcome.acted:
                 memory_out = decision.memory_if_applied
-                event = ("Normal", decision.reason_code, _action_message(decision))
-                for change in acted:
+                for change in outcome.acted:
                     self.telemetry.actions.labels(namespace, name, change.knob).inc()
-            elif hold is not None:
-                reason_code, reason, failed = hold
+            elif outcome.pending is not None:
+                memory_out = outcome.pending.memory
+            if outcome.hold is not None:
+                reason_code, reason, failed = outcome.hold
                 if failed:
                     conditions["Ready"] = Condition("Ready", Status.FALSE, "ActionFailed", reason)
-                event = ("Warning" if failed else "Normal", reason_code, reason)
-        elif decision.acts:
-            why = "dry run (SLASCALER_DRY_RUN)" if self.dry_run else "mode Recommend"
-            message = f"would change {_changes(decision.changes)} ({why}): {decision.reason}"
-            if _target_of(previous.get("recommendation")) != _target_of(recommendation(decision)):
-                event = ("Normal", f"Recommend{decision.reason_code}", message)
-        elif (
-            decision.reason_code != "NoChange"
-            and not decision.pacing
-            and (previous.get("recommendation") or {}).get("reasonCode") != decision.reason_code
-        ):
-            event = ("Normal", decision.reason_code, decision.reason)
+        why_not_auto = "dry run (SLASCALER_DRY_RUN)" if self.dry_run else "mode Recommend"
+        event = choose_event(
+            decision, previous.get("recommendation"), bool(outcome.acted), auto,
+            outcome.hold, why_not_auto,
+        )  # fmt: skip
 
         stamp = kube_time(now)
+        written = outcome.written
         status = {
             "observedGeneration": meta.get("generation"),
             "lastEvaluated": stamp,
             "regime": str(decision.regime),
             "ttft": ttft_summary(decision, spec),
             "replicas": view.state.spec_replicas
-            + sum(c.new - (c.old or 0) for c in acted if c.knob == "replicas"),
-            "readyReplicas": view.state.ready_replicas,
-            "engineFlags": engine_flags(view.state, acted) or None,
+            + sum(c.new - (c.old or 0) for c in outcome.acted if c.knob == "replicas"),
+            "readyReplicas": _ready(written, view),
+            "engineFlags": engine_flags(view.state, outcome.acted) or None,
             "observed": observed(decision, observation, spec, memory_out.service_rate) or None,
             "recommendation": {
                 **recommendation(decision),
                 "reasonCode": reason_code,
                 "reason": reason,
             },
-            "lastAction": last_action,
+            "lastAction": outcome.last_action,
+            "pendingAction": outcome.pending.to_status() if outcome.pending else None,
             "notes": notes or None,
             "conditions": merge_conditions(
                 previous.get("conditions"),
@@ -190,8 +223,11 @@ class Reconciler:
             ),
             "memory": memory_to_status(memory_out),
         }
+        if event is not None and outcome.acted:
+            key = PendingAction.of(decision, stamp).key
+            self._event(sla, *event, now, name=action_event_name(name, key))
         self._write_status(namespace, name, status)
-        if event is not None:
+        if event is not None and not outcome.acted:
             self._event(sla, *event, now)
         self.telemetry.evaluated(namespace, name, spec, decision, view.state.spec_replicas)
         rate = memory_out.service_rate
@@ -199,93 +235,93 @@ class Reconciler:
             "%s/%s: %s [μ %s req/s per replica]",
             namespace, name, decision.summary(), f"{rate:.2f}" if rate else "unknown",
         )  # fmt: skip
-        return Evaluation(decision, acted, status)
+        return Evaluation(decision, outcome.acted, status)
 
     # -- acting ---------------------------------------------------------------------------
 
     def _act(
-        self, sla: Json, spec: SLASpec, view: FleetView, decision: Decision, now: float
-    ) -> tuple[tuple[Change, ...], Any, tuple[str, str, bool] | None]:
-        """(changes made, lastAction, (hold code, reason, failed) when nothing was made)."""
+        self,
+        sla: Json,
+        spec: SLASpec,
+        view: FleetView,
+        decision: Decision,
+        now: float,
+        last_action: Any,
+    ) -> _Outcome:
         meta = sla["metadata"]
         namespace, name = meta["namespace"], meta["name"]
-        previous_action = (sla.get("status") or {}).get("lastAction")
         broken = validate_decision(decision, spec)
         if broken is not None:  # a bug in the policy: refuse it loudly, never act on it
             log.error("%s/%s: decision rejected: %s", namespace, name, broken)
-            return (), previous_action, ("DecisionRejected", f"decision rejected: {broken}", True)
+            return _Outcome(
+                last_action=last_action,
+                hold=("DecisionRejected", f"decision rejected: {broken}", True),
+            )
+
+        def reread() -> FleetView:
+            return read_fleet(self.api, namespace, spec)
+
         try:
-            fresh = read_fleet(self.clients, namespace, spec)
-        except (TargetMissing, ContainerMissing, ApiException) as error:
-            return (
-                (),
-                previous_action,
-                ("HoldTargetChanged", f"re-reading the target: {error}", False),
+            fresh = reread()
+        except (TargetMissing, ContainerMissing, KubeError) as error:
+            return _Outcome(
+                last_action=last_action,
+                hold=("HoldTargetChanged", f"re-reading the target: {error}", False),
             )
         if not fresh.same_as(view):
-            return (
-                (),
-                previous_action,
-                (
+            return _Outcome(
+                last_action=last_action,
+                hold=(
                     "HoldTargetChanged",
                     "the Deployment changed while deciding: deciding again next window",
                     False,
                 ),
             )
-        action = {
-            "time": kube_time(now),
-            "change": _changes(decision.changes),
-            "reasonCode": decision.reason_code,
-            "reason": decision.reason,
-        }
-        # Write-ahead: a restart after this point sees the action in the memory.
-        self._write_status(
-            namespace,
-            name,
-            {"memory": memory_to_status(decision.memory_if_applied), "lastAction": action},
-        )
-        flavour = ENGINES[spec.engine]
-        try:
-            flags = {}
-            for change in decision.changes:
-                if change.knob == "maxBatchSize":
-                    flags[flavour.max_batch_flag] = change.new
-                elif change.knob == "chunkSize":
-                    flags[flavour.chunk_flag] = change.new
-            for change in decision.changes:
-                if change.knob == "replicas":
-                    scale(
-                        self.clients,
-                        namespace,
-                        spec.target.name,
-                        change.new,
-                        fresh.state.spec_replicas,
-                    )
-            if flags:
-                set_flags(
-                    self.clients,
-                    namespace,
-                    spec.target.name,
-                    fresh.container,
-                    flags,
-                    fresh.command_line,
-                )
-        except TargetChanged as error:
-            self._write_status(namespace, name, {"lastAction": previous_action})
-            return (), previous_action, ("HoldTargetChanged", f"not acting: {error}", False)
-        except ApiException as error:
-            self.telemetry.errors.labels("kubernetes").inc()
-            self._write_status(namespace, name, {"lastAction": previous_action})
-            return (
-                (),
-                previous_action,
-                (
+        pending = PendingAction.of(decision, kube_time(now))
+        # Write-ahead: a restart after this point finds the action and settles it.
+        if not self._write_status(namespace, name, {"pendingAction": pending.to_status()}):
+            return _Outcome(
+                last_action=last_action,
+                hold=(
                     "ActionFailed",
-                    f"could not change {_changes(decision.changes)}: {describe(error)}",
+                    "not acting: the status could not be written first (see the operator's "
+                    "log), and an action the status does not announce could be repeated",
                     True,
                 ),
             )
-        return decision.changes, action, None
+        flavour = ENGINES[spec.engine]
+        flag_names = {"maxBatchSize": flavour.max_batch_flag, "chunkSize": flavour.chunk_flag}
+        flags = {flag_names[c.knob]: c.new for c in decision.changes if c.knob in flag_names}
+        replicas = next((c.new for c in decision.changes if c.knob == "replicas"), None)
+        try:
+            written = apply_changes(self.api, namespace, name, fresh, replicas, flags, reread)
+        except TargetChanged as error:
+            return _Outcome(
+                last_action=last_action, hold=("HoldTargetChanged", f"not acting: {error}", False)
+            )
+        except (TargetMissing, ContainerMissing) as error:
+            return _Outcome(
+                last_action=last_action, hold=("HoldTargetChanged", f"not acting: {error}", False)
+            )
+        except Unreachable as error:
+            self.telemetry.errors.labels("kubernetes").inc()
+            return _Outcome(
+                last_action=last_action,
+                hold=(
+                    "ActionFailed",
+                    f"writing {pending.change} got no answer ({error}): whether it was made is "
+                    "checked on the next evaluation",
+                    True,
+                ),
+                pending=pending,
+            )
+        except KubeError as error:
+            self.telemetry.errors.labels("kubernetes").inc()
+            return _Outcome(
+                last_action=last_action,
+                hold=("ActionFailed", f"could not change {pending.change}: {error}", True),
+            )
+        return _Outcome(decision.changes, pending.last_action(), None, None, written)
 
     # -- status and events ------------------------------------------------------------------
 
@@ -318,36 +354,33 @@ class Reconciler:
         log.warning("%s/%s: %s: %s", meta["namespace"], meta["name"], reason, message)
         return Evaluation(None, (), status)
 
-    def _write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+    def _write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
         try:
-            patch_status(self.clients, namespace, name, status)
-        except ApiException as error:
+            patch_status(self.api, namespace, name, status)
+        except KubeError as error:
             self.telemetry.errors.labels("status").inc()
-            log.error("%s/%s: status not written: %s", namespace, name, describe(error))
+            log.error("%s/%s: status not written: %s", namespace, name, error)
+            return False
+        return True
 
-    def _event(self, sla: Json, event_type: str, reason: str, message: str, now: float) -> None:
+    def _event(
+        self,
+        sla: Json,
+        event_type: str,
+        reason: str,
+        message: str,
+        now: float,
+        name: str | None = None,
+    ) -> None:
         try:
-            post_event(self.clients, sla, event_type, reason, message, now)
-        except ApiException as error:
+            post_event(self.api, sla, event_type, reason, message, now, name)
+        except KubeError as error:
             self.telemetry.errors.labels("kubernetes").inc()
-            log.error("event %s not posted: %s", reason, describe(error))
+            log.error("event %s not posted: %s", reason, error)
 
 
-def _target_of(recommended: object) -> tuple[object, ...]:
-    """What a recommendation asks for, without its (ever-changing) wording."""
-    if not isinstance(recommended, Mapping):
-        return ()
-    keys = ("replicas", "maxBatchSize", "chunkSize", "reasonCode")
-    return tuple(recommended.get(k) for k in keys)
-
-
-def _changes(changes: tuple[Change, ...]) -> str:
-    return ", ".join(str(c) for c in changes)
-
-
-def _action_message(decision: Decision) -> str:
-    """The changes, then the reason without repeating them."""
-    parts = decision.reason.split("; ")
-    for change in decision.changes:
-        parts = [p.removeprefix(f"{change}: ") for p in parts]
-    return f"{_changes(decision.changes)}: {'; '.join(parts)}"
+def _ready(written: Json | None, view: FleetView) -> int:
+    """Ready pods: from the Deployment as written when there was a write, else as read."""
+    if written is not None:
+        return int((written.get("status") or {}).get("readyReplicas", 0))
+    return view.state.ready_replicas

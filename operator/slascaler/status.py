@@ -1,11 +1,17 @@
 """The InferenceSLA's status as data: built from a decision, and the policy memory kept in it.
 
-`build_status` turns one evaluation (the decision, the fleet it was made on, the observation)
-into the `status` object the CRD describes: regime, observed figures, recommendation,
-conditions (a condition's `lastTransitionTime` only moves when its status does) and the policy
-memory. `memory_to_status` / `memory_from_status` round-trip `PolicyMemory` through JSON; a
-memory that cannot be read (edited by hand, an older format) gives a fresh memory and a note,
-never an exception, so a restarted operator resumes where it stopped and never crashes on it.
+- `evaluated_status` turns one evaluation (the decision, the Deployment as it is after the
+  action, the observation) into the `status` object the CRD describes: regime, observed
+  figures, recommendation, conditions (a condition's `lastTransitionTime` only moves when its
+  status does), notes, and the policy memory.
+- `memory_to_status` / `memory_from_status` round-trip `PolicyMemory` through JSON; a memory
+  that cannot be read (edited by hand, an older format) gives a fresh memory and a note,
+  never an exception, so a restarted operator resumes where it stopped and never crashes.
+- `PendingAction` is an action announced in the status before it is written to the
+  Deployment (write-ahead): if the operator stops between the two, the next evaluation
+  compares the Deployment with it (`PendingAction.landed`) and records it as done, with its
+  Event, or as never made — so the status always says what was written.
+- `choose_event` decides which Event, if any, an evaluation posts.
 
 Pure (no I/O; the time is an argument, already formatted as Kubernetes writes it). Called by
 `reconcile`.
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from slascaler.model.observation import Observation
@@ -205,3 +212,138 @@ def engine_flags(fleet: FleetState, acted: Sequence[Change] = ()) -> dict[str, i
         if change.knob != "replicas":
             flags[change.knob] = change.new
     return flags
+
+
+KNOB_FIELDS = ("maxBatchSize", "chunkSize")
+
+
+def changes_text(changes: Sequence[Change]) -> str:
+    return ", ".join(str(c) for c in changes)
+
+
+def action_message(decision: Decision) -> str:
+    """The changes, then the reason without repeating them."""
+    parts = decision.reason.split("; ")
+    for change in decision.changes:
+        parts = [p.removeprefix(f"{change}: ") for p in parts]
+    return f"{changes_text(decision.changes)}: {'; '.join(parts)}"
+
+
+@dataclass(frozen=True)
+class PendingAction:
+    """An action announced before it is written: what the Deployment should then carry."""
+
+    time: str
+    change: str
+    reason_code: str
+    reason: str
+    message: str
+    target: Mapping[str, int]  # replicas / maxBatchSize / chunkSize after the action
+    memory: PolicyMemory  # the policy's memory once the action is made
+
+    @classmethod
+    def of(cls, decision: Decision, time: str) -> PendingAction:
+        return cls(
+            time=time,
+            change=changes_text(decision.changes),
+            reason_code=decision.reason_code,
+            reason=decision.reason,
+            message=action_message(decision),
+            target={c.knob: c.new for c in decision.changes},
+            memory=decision.memory_if_applied,
+        )
+
+    @property
+    def key(self) -> str:
+        """What identifies this action (its Event's name is derived from it)."""
+        return f"{self.time}|{self.change}"
+
+    def last_action(self) -> dict[str, Any]:
+        return {
+            "time": self.time,
+            "change": self.change,
+            "reasonCode": self.reason_code,
+            "reason": self.reason,
+        }
+
+    def to_status(self) -> dict[str, Any]:
+        return {
+            **self.last_action(),
+            "message": self.message,
+            "target": dict(self.target),
+            "memory": memory_to_status(self.memory),
+        }
+
+    @classmethod
+    def from_status(cls, raw: object) -> PendingAction | None:
+        """The pending action kept in status; None when there is none or it is unreadable."""
+        if not isinstance(raw, Mapping):
+            return None
+        target = raw.get("target")
+        memory, problem = memory_from_status(raw.get("memory"))
+        texts = [raw.get(k) for k in ("time", "change", "reasonCode", "reason", "message")]
+        if (
+            problem is not None
+            or not isinstance(target, Mapping)
+            or not all(isinstance(t, str) for t in texts)
+            or not all(
+                k in ("replicas", *KNOB_FIELDS) and isinstance(v, int) and not isinstance(v, bool)
+                for k, v in target.items()
+            )
+        ):
+            return None
+        time, change, code, reason, message = (str(t) for t in texts)
+        return cls(time, change, code, reason, message, dict(target), memory)
+
+    def landed(self, fleet: FleetState) -> bool:
+        """True when the Deployment carries every value the action was to write."""
+        have = {
+            "replicas": fleet.spec_replicas,
+            "maxBatchSize": fleet.max_batch_size,
+            "chunkSize": fleet.chunk_size,
+        }
+        return all(have.get(knob) == value for knob, value in self.target.items())
+
+
+def choose_event(
+    decision: Decision,
+    previous_recommendation: object,
+    acted: bool,
+    auto: bool,
+    hold: tuple[str, str, bool] | None,
+    why_not_auto: str,
+) -> tuple[str, str, str] | None:
+    """(type, reason, message) of the Event this evaluation posts, or None.
+
+    One per action; one whenever the reason for holding or recommending changes (a steady
+    hold is one Event, not one per interval); none for the holds that only pace an earlier
+    action (cooldowns, pods starting, a rollout).
+    """
+    before = previous_recommendation if isinstance(previous_recommendation, Mapping) else {}
+    if acted:
+        return ("Normal", decision.reason_code, action_message(decision))
+    if decision.acts and auto:
+        if hold is None:
+            return None
+        code, reason, failed = hold
+        return ("Warning" if failed else "Normal", code, reason)
+    if decision.acts:
+        message = f"would change {changes_text(decision.changes)} ({why_not_auto}): " + (
+            decision.reason
+        )
+        if _target_of(before) != _target_of(recommendation(decision)):
+            return ("Normal", f"Recommend{decision.reason_code}", message)
+        return None
+    if (
+        decision.reason_code != "NoChange"
+        and not decision.pacing
+        and before.get("reasonCode") != decision.reason_code
+    ):
+        return ("Normal", decision.reason_code, decision.reason)
+    return None
+
+
+def _target_of(recommended: Mapping[str, Any]) -> tuple[object, ...]:
+    """What a recommendation asks for, without its (ever-changing) wording."""
+    keys = ("replicas", "maxBatchSize", "chunkSize", "reasonCode")
+    return tuple(recommended.get(k) for k in keys)

@@ -3,8 +3,10 @@
 - A timer per InferenceSLA (every `SLASCALER_RECONCILE_INTERVAL`) runs `Reconciler.reconcile`.
 - A spec change (metadata.generation ahead of status.observedGeneration, which covers
   creation too) runs one at once, so `kubectl apply` gets a status without waiting.
-- A deletion drops the SLA's telemetry series. slascaler owns nothing it would have to
-  clean up, so it adds no finalizer: deleting an InferenceSLA never blocks.
+- A deletion drops the SLA's telemetry series. Kopf puts its finalizer on every
+  InferenceSLA that has a timer, so that the timer is stopped before the object goes; with
+  the operator uninstalled, a deletion waits for that finalizer to be removed (the README
+  says how). slascaler itself owns nothing it would have to clean up.
 - Every reconcile of one object reads the object fresh from the API and holds a per-object
   lock, so the timer and an event never decide at once on stale status (which could repeat
   an action).
@@ -25,9 +27,10 @@ from collections import defaultdict
 from typing import Any
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 
-from slascaler.kube.clients import GROUP, PLURAL, VERSION, Clients, raw
+from slascaler.kube.api import GROUP, PLURAL, VERSION, KubeAPI
+from slascaler.kube.clients import Clients
+from slascaler.kube.errors import NotFound
 from slascaler.metrics.prometheus import PrometheusSettings, PrometheusSource
 from slascaler.reconcile import Reconciler
 from slascaler.settings import Settings
@@ -39,7 +42,7 @@ log = logging.getLogger("slascaler")
 class Operator:
     """The reconciler, and the per-object locks that serialize its runs."""
 
-    def __init__(self, reconciler: Reconciler, clients: Clients) -> None:
+    def __init__(self, reconciler: Reconciler, clients: KubeAPI) -> None:
         self.reconciler = reconciler
         self.clients = clients
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
@@ -53,14 +56,9 @@ class Operator:
         """Reconcile now; with `spec_changed`, only if the fresh object still needs it."""
         with self._lock(uid):
             try:
-                sla = raw(
-                    self.clients.custom.get_namespaced_custom_object,
-                    GROUP, VERSION, namespace, PLURAL, name,
-                )  # fmt: skip
-            except ApiException as error:
-                if error.status == 404:
-                    return  # deleted meanwhile
-                raise
+                sla = self.clients.get_inference_sla(namespace, name)
+            except NotFound:
+                return  # deleted meanwhile
             meta = sla["metadata"]
             if meta.get("uid") != uid or meta.get("deletionTimestamp"):
                 return

@@ -1,228 +1,312 @@
-"""Benchmark scenarios, the policy × scenario matrix, and its tables.
+"""The policy × scenario × seed matrix: run it (in parallel), and what each run came to.
 
-Each `Scenario` is a workload, a cost profile, engine settings, an SLA and limits. `run_matrix`
-runs every policy on every scenario and seed (slascaler, HPA on queue length, KEDA on TTFT,
-static peak provisioning and the oracle) and `markdown_table`/`write_csv` report GPU-hours,
-SLA attainment per 1-minute window and the rest side by side. Called by `slascaler bench`
-and `slascaler demo`.
+For every scenario and seed, the oracle's per-window requirement is computed first (its
+sweep of replica counts, `sim.oracle`); every policy then starts from the oracle's
+first-minute count (what a user who sized the Deployment for the opening load would have),
+and the static and oracle policies are built from it. The runs are independent and go to a
+pool of worker processes; each returns an `Outcome`, a compact summary (per-window TTFT
+percentiles, GPU-hours, changes, a sampled timeline), never the requests themselves.
+`rows` then judges every run against the oracle's own run of the same scenario and seed
+(`attainment_where_feasible`: of the windows the oracle meets, the share this policy meets).
+
+Called by `slascaler bench`, the demo and `make bench`; `sim.report` writes the tables.
 """
 
 from __future__ import annotations
 
-import csv
 import math
+import multiprocessing
+import os
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
 
-from slascaler.spec import SLASpec, parse_spec
-from slascaler_sim.baselines import QUEUE_TARGET_PER_POD, HPAController, StaticController
-from slascaler_sim.engine import Request
-from slascaler_sim.fleet import EngineSettings
-from slascaler_sim.oracle import OracleController, window_requirements
-from slascaler_sim.profiles import PROFILES, CostProfile
-from slascaler_sim.run import Controller, RunResult, SlascalerController, simulate
-from slascaler_sim.workload import (
-    TraceRow,
-    diurnal_rate,
-    load_trace,
-    modulated_poisson,
-    replay,
-    step_rate,
+from slascaler_sim.baselines import (
+    QUEUE_TARGET_PER_POD,
+    DynamoLoadPlanner,
+    HPAController,
+    KPAController,
+    LlmdSLOController,
+    OracleController,
+    StaticChoice,
+    StaticController,
+    StaticRuns,
+    hindsight_best_static,
+    oracle_requirements,
 )
+from slascaler_sim.engine import Request
+from slascaler_sim.fleet import EngineSettings, Fleet
+from slascaler_sim.prefixes import assign_shared_prefixes
+from slascaler_sim.profiles import PROFILES
+from slascaler_sim.run import Controller, OperatorController, RunResult, simulate
+from slascaler_sim.suite import Scenario
+from slascaler_sim.workload import load_trace, replay
 
-DEFAULT_SETTINGS = EngineSettings(max_num_seqs=256, max_num_batched_tokens=2048)
+SLASCALER = "slascaler"
+ORACLE = "Oracle"
+STATIC_PEAK = "Static (peak)"
+STATIC_HINDSIGHT = "Static (hindsight)"
+TIMELINE_STEP_S = 30.0
 
 
 @dataclass(frozen=True)
-class Scenario:
-    name: str
-    workload: Callable[[int], list[Request]]  # seed → requests
-    duration_s: float
-    profile: CostProfile = PROFILES["llama3-8b-a100"]
-    settings: EngineSettings = DEFAULT_SETTINGS
-    threshold_ms: float = 500.0
-    itl_ms: float = 100.0
-    max_replicas: int = 32
-    initial_replicas: int = 2
-    startup_s: float = 60.0
-    gpu_limit: int | None = None
-    knobs: dict[str, dict[str, int]] = field(
-        default_factory=lambda: {
-            "maxBatchSize": {"min": 16, "max": 512},
-            "chunkSize": {"min": 512, "max": 8192},
-        }
+class Plan:
+    """What the runs at fixed counts say of one scenario and seed, to build the policies."""
+
+    needed: tuple[int, ...]  # per 1-minute window, the oracle's count (`baselines.oracle`)
+    hindsight: StaticChoice  # the hindsight-best static configuration
+    profiling_runs: int  # runs at fixed counts the two took
+
+    @property
+    def initial(self) -> int:
+        """The opening window's count: where every online policy starts."""
+        return self.needed[0] if self.needed else 1
+
+    @property
+    def peak(self) -> int:
+        return max(self.needed, default=1)
+
+
+PolicyFactory = Callable[[Scenario, Plan], tuple[Controller, int, EngineSettings]]
+
+
+def _slascaler(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineSettings]:
+    return OperatorController(scenario.sla_spec()), plan.initial, scenario.settings
+
+
+def _hpa_queue(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineSettings]:
+    controller = HPAController("queue", QUEUE_TARGET_PER_POD, 1, scenario.max_replicas)
+    return controller, plan.initial, scenario.settings
+
+
+def _keda_ttft(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineSettings]:
+    controller = HPAController("ttft", scenario.threshold_ms, 1, scenario.max_replicas)
+    return controller, plan.initial, scenario.settings
+
+
+def _llmd(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineSettings]:
+    itl = scenario.itl_ms if scenario.itl_ms is not None else math.inf
+    controller = LlmdSLOController(scenario.threshold_ms, itl, 1, scenario.max_replicas)
+    return controller, plan.initial, scenario.settings
+
+
+def _dynamo(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineSettings]:
+    itl = scenario.itl_ms if scenario.itl_ms is not None else math.inf
+    controller = DynamoLoadPlanner(
+        scenario.threshold_ms, itl, scenario.max_replicas, scenario.profile.kv_capacity_tokens
     )
-
-    def spec(self) -> SLASpec:
-        return parse_spec(
-            {
-                "targetRef": {"name": self.name},
-                "objectives": {
-                    "ttft": {"percentile": 95, "thresholdMs": self.threshold_ms},
-                    "itl": {"percentile": 95, "thresholdMs": self.itl_ms},
-                },
-                "replicas": {"min": 1, "max": self.max_replicas},
-                "window": "1m",
-                "knobs": self.knobs,
-                "behavior": {"scaleDownStabilization": "3m", "knobCooldown": "5m"},
-            }
-        )
+    return controller, plan.initial, scenario.settings
 
 
-def trace_scenario(rows: Sequence[TraceRow], name: str, copies: int, minutes: float) -> Scenario:
-    def workload(seed: int) -> list[Request]:
-        return [r for r in replay(rows, copies=copies, seed=seed) if r.arrival < minutes * 60]
-
-    return Scenario(name, workload, minutes * 60)
+def _kpa(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineSettings]:
+    return KPAController(1, scenario.max_replicas), plan.initial, scenario.settings
 
 
-def default_scenarios(minutes: float = 30.0) -> list[Scenario]:
-    conversation, code = load_trace("conversation"), load_trace("code")
-    duration = minutes * 60
-    base = len(conversation) / conversation[-1].at  # mean requests/s of the trace
-
-    def poisson(
-        rate: Callable[[float], float], peak: float, rows: Sequence[TraceRow]
-    ) -> Callable[[int], list[Request]]:
-        return lambda seed: modulated_poisson(rate, peak, duration, rows, seed)
-
-    very_long_prompts = [r for r in code if r.prompt >= 6000]
-    return [
-        trace_scenario(conversation, "conversation trace ×4", 4, minutes),
-        trace_scenario(code, "code trace ×8", 8, minutes),
-        Scenario(
-            "step load ×4",
-            poisson(step_rate(base, 4 * base, duration / 3), 4 * base, conversation),
-            duration,
-        ),
-        Scenario(
-            "diurnal",
-            poisson(diurnal_rate(2.5 * base, 0.8, duration), 4.5 * base, conversation),
-            duration,
-        ),
-        Scenario(
-            "burst",
-            poisson(
-                step_rate(base, 6 * base, duration / 2, duration / 2 + 180), 6 * base, conversation
-            ),
-            duration,
-        ),
-        Scenario(
-            "prefill-bound low load",
-            poisson(lambda t: 0.3, 0.3, very_long_prompts),
-            duration,
-            profile=PROFILES["llama3-8b-h100"],
-            settings=EngineSettings(256, 256),
-            threshold_ms=200.0,
-            itl_ms=200.0,
-            max_replicas=8,
-            knobs={"maxBatchSize": {"min": 16, "max": 512}, "chunkSize": {"min": 256, "max": 8192}},
-        ),
-        Scenario(
-            "capacity-limited",
-            poisson(lambda t: 3 * base, 3 * base, conversation),
-            duration,
-            max_replicas=6,
-            gpu_limit=6,
-        ),
-    ]
+def _static_peak(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineSettings]:
+    return StaticController(plan.peak), plan.peak, scenario.settings
 
 
-POLICIES = ("slascaler", "HPA on queue", "KEDA on TTFT", "Static (peak)", "Oracle")
+def _static_hindsight(
+    scenario: Scenario, plan: Plan
+) -> tuple[Controller, int, EngineSettings]:
+    best = plan.hindsight
+    controller = StaticController(best.replicas, name=STATIC_HINDSIGHT, settings=best.settings)
+    return controller, best.replicas, best.settings
 
 
-def _controllers(scenario: Scenario, seed: int, with_oracle: bool) -> list[tuple[Controller, int]]:
-    """The policies, each with the replicas it starts from.
+def _oracle(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineSettings]:
+    oracle = OracleController(plan.needed, scenario.startup_s)
+    return oracle, oracle.target(0.0), scenario.settings
 
-    With the oracle, every policy starts from the oracle's first-minute requirement (what a
-    user who sized the Deployment for the opening load would have); without, from the
-    scenario's initial count.
-    """
-    spec = scenario.spec()
-    initial = scenario.initial_replicas
-    extra: list[tuple[Controller, int]] = []
-    if with_oracle:
-        needed = window_requirements(
-            lambda: scenario.workload(seed), scenario.profile, scenario.settings,
-            scenario.duration_s, scenario.threshold_ms, 95.0, scenario.max_replicas,
-        )  # fmt: skip
-        oracle = OracleController(needed, scenario.startup_s)
-        peak = max(n or 1 for n in needed)
-        initial = needed[0] or scenario.initial_replicas
-        extra = [(StaticController(peak), peak), (oracle, oracle.target(0.0))]
-    return [
-        (SlascalerController(spec), initial),
-        (HPAController("queue", QUEUE_TARGET_PER_POD, 1, scenario.max_replicas), initial),
-        (HPAController("ttft", scenario.threshold_ms, 1, scenario.max_replicas), initial),
-        *extra,
-    ]
+
+POLICIES: dict[str, PolicyFactory] = {
+    SLASCALER: _slascaler,
+    "HPA on queue": _hpa_queue,
+    "KEDA on TTFT": _keda_ttft,
+    "llm-d SLO-aware": _llmd,
+    "Dynamo planner": _dynamo,
+    "AIBrix KPA": _kpa,
+    STATIC_PEAK: _static_peak,
+    STATIC_HINDSIGHT: _static_hindsight,
+    ORACLE: _oracle,
+}
+REPLICAS_ONLY = frozenset(POLICIES) - {SLASCALER}
 
 
 @dataclass(frozen=True)
-class Row:
+class Outcome:
+    """One run, summarised: what the tables and plots need, and nothing heavy."""
+
     scenario: str
     seed: int
-    result: RunResult
+    policy: str
+    threshold_ms: float
+    windows: tuple[tuple[float, float], ...]  # judged windows: (start s, TTFT percentile ms)
+    gpu_hours: float
+    ttft_ms: tuple[float, float, float]  # p50, p95, p99 over the run
+    itl_p95_ms: float
+    failed_requests: int
+    replica_changes: int
+    rolling_restarts: int
+    longest_at_max_s: float  # the longest stretch the desired count sat at replicas.max
+    duration_s: float
+    timeline: tuple[tuple[float, int, int, str], ...]  # (t, desired, GPUs, regime)
+    cpu_s: float
+
+    @property
+    def met(self) -> frozenset[float]:
+        return frozenset(start for start, p in self.windows if p <= self.threshold_ms)
+
+    @property
+    def attainment(self) -> float | None:
+        return len(self.met) / len(self.windows) if self.windows else None
+
+
+def summarise(
+    result: RunResult, scenario: Scenario, seed: int, policy: str, cpu_s: float
+) -> Outcome:
+    longest = stretch = 0.0
+    for before, after in zip(result.timeline, result.timeline[1:], strict=False):
+        stretch = stretch + (after.at - before.at) if before.desired >= scenario.max_replicas else 0
+        longest = max(longest, stretch)
+    step = max(1, round(TIMELINE_STEP_S / (result.timeline[1].at - result.timeline[0].at)))
+    return Outcome(
+        scenario=scenario.name,
+        seed=seed,
+        policy=policy,
+        threshold_ms=scenario.threshold_ms,
+        windows=tuple(result.window_p95()),
+        gpu_hours=result.gpu_hours,
+        ttft_ms=result.ttft_percentiles(),
+        itl_p95_ms=result.itl_p95_ms,
+        failed_requests=result.failed_requests,
+        replica_changes=result.replica_changes,
+        rolling_restarts=result.rolling_restarts,
+        longest_at_max_s=longest,
+        duration_s=scenario.duration_s,
+        timeline=tuple((s.at, s.desired, s.gpus, s.regime) for s in result.timeline[::step]),
+        cpu_s=cpu_s,
+    )
+
+
+def requests_of(scenario: Scenario, seed: int) -> list[Request]:
+    return [r for r in scenario.workload(seed) if r.arrival <= scenario.duration_s]
+
+
+def plan_of(scenario: Scenario, seed: int) -> Plan:
+    """The oracle's schedule and the hindsight-best static configuration (shared runs)."""
+    runs = StaticRuns(
+        lambda: requests_of(scenario, seed), scenario.profile, scenario.duration_s,
+        scenario.threshold_ms, scenario.percentile,
+    )  # fmt: skip
+    needed = oracle_requirements(
+        runs, scenario.settings, scenario.max_replicas, scenario.startup_s, scenario.gpu_limit
+    )
+    itl = scenario.itl_ms if scenario.itl_ms is not None else math.inf
+    best = hindsight_best_static(
+        runs, scenario.settings, scenario.knobs, scenario.max_replicas, itl, scenario.startup_s
+    )
+    return Plan(tuple(needed.counts), best, runs.runs_made)
+
+
+def run_policy(scenario: Scenario, seed: int, policy: str, plan: Plan) -> Outcome:
+    started = time.process_time()
+    controller, initial, settings = POLICIES[policy](scenario, plan)
+    result = simulate(
+        requests_of(scenario, seed), controller, scenario.profile, settings, initial,
+        scenario.startup_s, scenario.duration_s, scenario.threshold_ms, scenario.percentile,
+        gpu_limit=scenario.gpu_limit, router=scenario.router,
+    )  # fmt: skip
+    result.name = policy
+    return summarise(result, scenario, seed, policy, time.process_time() - started)
+
+
+# -- the matrix, in worker processes ----------------------------------------------------
+
+_SCENARIOS: list[Scenario] = []  # set before the pool forks: workloads are closures
+
+
+def _plan_task(index: int, seed: int) -> Plan:
+    return plan_of(_SCENARIOS[index], seed)
+
+
+def _run_task(index: int, seed: int, policy: str, plan: Plan) -> Outcome:
+    return run_policy(_SCENARIOS[index], seed, policy, plan)
+
+
+def seeds_for(scenario: Scenario, seeds: Sequence[int]) -> list[int]:
+    """A scenario whose workload does not depend on the seed runs once."""
+    return list(seeds) if scenario.seeded else list(seeds[:1])
 
 
 def run_matrix(
     scenarios: Sequence[Scenario],
     seeds: Sequence[int],
-    with_oracle: bool = True,
-    progress: Callable[[str], None] = lambda _: None,
-) -> list[Row]:
-    rows: list[Row] = []
-    for scenario in scenarios:
-        for seed in seeds:
-            for controller, initial in _controllers(scenario, seed, with_oracle):
-                progress(f"{scenario.name} / seed {seed} / {controller.name}")
-                result = simulate(
-                    scenario.workload(seed),
-                    controller,
-                    scenario.profile,
-                    scenario.settings,
-                    initial,
-                    scenario.startup_s,
-                    scenario.duration_s,
-                    scenario.threshold_ms,
-                    gpu_limit=scenario.gpu_limit,
-                )
-                rows.append(Row(scenario.name, seed, result))
-    return rows
+    policies: Sequence[str] = tuple(POLICIES),
+    jobs: int | None = None,
+    progress: Callable[[int, int], None] = lambda done, total: None,
+) -> list[Outcome]:
+    """Every policy on every scenario and seed; outcomes in scenario, seed, policy order."""
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise ValueError(f"unknown policies {unknown}; choose from {', '.join(POLICIES)}")
+    global _SCENARIOS
+    _SCENARIOS = list(scenarios)
+    cases = [(i, seed) for i, s in enumerate(scenarios) for seed in seeds_for(s, seeds)]
+    total = len(cases) * (1 + len(policies))
+    done = 0
+    workers = jobs or os.cpu_count() or 1
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        plans: dict[tuple[int, int], Future[Plan]] = {
+            case: pool.submit(_plan_task, *case) for case in cases
+        }
+        runs: dict[tuple[int, int, str], Future[Outcome]] = {}
+        for case, planned in plans.items():
+            plan = planned.result()
+            done += 1
+            progress(done, total)
+            for policy in policies:
+                runs[(*case, policy)] = pool.submit(_run_task, *case, policy, plan)
+        outcomes = []
+        for future in runs.values():
+            outcomes.append(future.result())
+            done += 1
+            progress(done, total)
+    return outcomes
 
 
-COLUMNS = (
-    "scenario", "seed", "policy", "SLA attainment", "TTFT p50 ms", "TTFT p95 ms", "TTFT p99 ms",
-    "ITL p95 ms", "GPU-hours", "replica changes", "rolling restarts",
-)  # fmt: skip
+@dataclass(frozen=True)
+class Row:
+    """One run judged: the columns of bench.csv."""
+
+    outcome: Outcome
+    feasible_windows: int | None  # windows the oracle's run met (None: no oracle run)
+    attainment_where_feasible: float | None
+
+    @property
+    def scenario(self) -> str:
+        return self.outcome.scenario
+
+    @property
+    def policy(self) -> str:
+        return self.outcome.policy
 
 
-def _cells(row: Row) -> list[str]:
-    r = row.result
-    p50, p95, p99 = r.ttft_percentiles()
-
-    def ms(v: float) -> str:
-        return f"{v:.0f}" if math.isfinite(v) else "∞"
-
-    return [
-        row.scenario, str(row.seed), r.name, f"{r.attainment:.1%}", ms(p50), ms(p95), ms(p99),
-        ms(r.itl_p95_ms), f"{r.gpu_hours:.2f}", str(r.replica_changes), str(r.rolling_restarts),
-    ]  # fmt: skip
-
-
-def markdown_table(rows: Sequence[Row]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_cells(row)) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
-
-def write_csv(rows: Sequence[Row], path: Path) -> None:
-    with path.open("w", newline="", encoding="utf-8") as stream:
-        writer = csv.writer(stream)
-        writer.writerow(COLUMNS)
-        for row in rows:
-            writer.writerow(_cells(row))
+def rows(outcomes: Sequence[Outcome]) -> list[Row]:
+    """Every outcome judged against the oracle's run of the same scenario and seed."""
+    oracle = {(o.scenario, o.seed): o for o in outcomes if o.policy == ORACLE}
+    judged = []
+    for outcome in outcomes:
+        reference = oracle.get((outcome.scenario, outcome.seed))
+        if reference is None:
+            judged.append(Row(outcome, None, None))
+            continue
+        feasible = reference.met
+        where = len(outcome.met & feasible) / len(feasible) if feasible else None
+        judged.append(Row(outcome, len(feasible), where))
+    return judged
 
 
 def simulator_speed(
@@ -230,11 +314,6 @@ def simulator_speed(
 ) -> tuple[int, float, float]:
     """(requests, CPU seconds, virtual/CPU ratio) for one hour of the conversation trace, its
     prompts sharing prefixes (`prefixes.SharedPrefixes()`, so prefix caching is at work)."""
-    import time
-
-    from slascaler_sim.fleet import Fleet
-    from slascaler_sim.prefixes import assign_shared_prefixes
-
     requests = assign_shared_prefixes(replay(load_trace("conversation")), seed=1)
     fleet = Fleet(PROFILES["llama3-8b-h100"], replicas, EngineSettings(256, 8192), router=router)
     fleet.feed(requests)

@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import TextIO
 
 from slascaler_sim.baselines import QUEUE_TARGET_PER_POD, HPAController
-from slascaler_sim.benchmark import Row, markdown_table, trace_scenario
+from slascaler_sim.benchmark import rows, summarise
 from slascaler_sim.plots import plot_demo
-from slascaler_sim.run import RunResult, SlascalerController, simulate
+from slascaler_sim.report import markdown_table
+from slascaler_sim.run import OperatorController, RunResult, simulate
+from slascaler_sim.suite import trace_scenario
 from slascaler_sim.workload import load_trace
 
 
@@ -37,10 +39,9 @@ def run_demo(
     minutes: float, plot_path: Path | None, out: TextIO, err: TextIO = sys.stderr
 ) -> list[RunResult]:
     scenario = trace_scenario(load_trace("conversation"), "conversation trace ×4", 4, minutes)
-    spec = scenario.spec()
     results: list[RunResult] = []
     for controller in (
-        SlascalerController(spec),
+        OperatorController(scenario.sla_spec()),
         HPAController("queue", QUEUE_TARGET_PER_POD, 1, scenario.max_replicas),
     ):
         progress = _Progress(controller.name, scenario.duration_s, err)
@@ -54,6 +55,7 @@ def run_demo(
                 scenario.startup_s,
                 scenario.duration_s,
                 scenario.threshold_ms,
+                scenario.percentile,
                 on_tick=progress.tick,
             )
         )
@@ -63,7 +65,8 @@ def run_demo(
         f"{scenario.threshold_ms:.0f} ms, ITL p95 ≤ {scenario.itl_ms:.0f} ms, start-up "
         f"{scenario.startup_s:.0f} s\n\n"
     )
-    out.write(markdown_table([Row(scenario.name, 1, r) for r in results]))
+    outcomes = [summarise(r, scenario, 1, r.name, 0.0) for r in results]
+    out.write(markdown_table(rows(outcomes)))
     if plot_path is not None:
         plot_demo(results, scenario.threshold_ms, plot_path)
         out.write(f"\nplot written to {plot_path}\n")

@@ -43,6 +43,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
 
+from slascaler.model.observation import ForwardPass
 from slascaler_sim.kvcache import PrefixCache
 from slascaler_sim.profiles import CostProfile, prefill_pairs
 from slascaler_sim.recorder import MetricRecorder
@@ -114,6 +115,7 @@ class _Step:
     repeats: int
     chunks: list[tuple[Request, int]]  # prefill tokens per request in the (single) step
     decodes: list[Request]
+    decode_kv: int  # KV tokens the decodes read (per step, mean over a skip-ahead run)
 
     @property
     def end(self) -> float:
@@ -137,6 +139,7 @@ class Replica:
     finished: list[Request] = field(default_factory=list)
     refused: list[Request] = field(default_factory=list)  # refused at submission, never served
     step: _Step | None = None
+    last_step: _Step | None = None  # the latest completed iteration (for `forward_pass`)
     cache: PrefixCache | None = None  # made at the first request with block hashes
 
     def __post_init__(self) -> None:
@@ -180,6 +183,28 @@ class Replica:
             done = max(1, math.ceil((now - self.step.start) / self.step.duration - 1e-12))
             self.step.repeats = min(self.step.repeats, done)
         self._update_gauges(now)
+
+    def forward_pass(self) -> ForwardPass:
+        """The latest iteration and the waiting queue, as Dynamo's instrumented scheduler
+        publishes them (`ForwardPassMetrics`); all zeros once idle (its idle heartbeat).
+        Queued prefill counts whole prompts; a preempted request waits as queued decode KV."""
+        step = self.last_step if self.step is not None else None
+        if step is None:
+            return ForwardPass(0.0, 0, 0, 0, 0, 0, 0)
+        return ForwardPass(
+            wall_time_s=step.duration,
+            scheduled_prefill_tokens=sum(t for _, t in step.chunks),
+            scheduled_prefill_requests=len(step.chunks),
+            scheduled_decode_kv_tokens=step.decode_kv,
+            scheduled_decode_requests=len(step.decodes),
+            queued_prefill_tokens=sum(r.prompt for r in self.waiting if not r.preemptions),
+            queued_decode_kv_tokens=sum(r.prefill_target for r in self.waiting if r.preemptions),
+        )
+
+    @property
+    def kv_cache_usage(self) -> float:
+        """`vllm:kv_cache_usage_perc`: the share of the KV cache in use (0–1)."""
+        return self.kv_used / self.profile.kv_capacity_tokens
 
     def drain(self, now: float) -> None:
         self.phase = Phase.DRAINING
@@ -296,13 +321,14 @@ class Replica:
             repeats = max(1, min(remaining, room))
             kv_read += len(decodes) * (repeats - 1) // 2
         duration = self.profile.step_ms(prefill_tokens, len(decodes), kv_read, pairs) / 1000.0
-        self.step = _Step(now, duration, repeats, chunks, decodes)
+        self.step = _Step(now, duration, repeats, chunks, decodes, kv_read)
         self._update_gauges(now)
 
     def _finish_step(self) -> None:
         step = self.step
         assert step is not None
         self.step = None
+        self.last_step = step
         repeats, duration, record, end = step.repeats, step.duration, self.recorder, step.end
         for request in step.decodes:
             request.generated += repeats

@@ -7,11 +7,14 @@
   `refused`; `failed_requests` counts them.
 - Scaling: new replicas load the model for `startup_s` before they are ready; removed ones
   drain (finish their requests, take no new ones). Starting replicas are removed first.
-- Knob changes are a rolling update with Kubernetes' defaults (maxSurge 25%, maxUnavailable
-  25%, rounded up and down as a Deployment does): new replicas start with the new flags and
-  each one ready lets one old replica drain.
+- Knob changes are a rolling update honouring the Deployment's maxSurge and maxUnavailable
+  (Kubernetes' defaults 25% and 25%, rounded up and down as the Deployment controller does,
+  and maxUnavailable 1 when both resolve to 0): new replicas start with the new flags, old
+  ones drain while enough stay available.
 - `observation(window_s)` returns the same `Observation` the Prometheus source builds:
-  increases over the window of every histogram summed over replicas, window-average gauges.
+  increases over the window of every histogram summed over replicas, window-average gauges;
+  for the baselines also the ready replicas' KV-cache usage now and their latest forward
+  pass (what Dynamo's workers publish).
 
 Event loop: time advances to the earliest of the next arrival and the replicas' own events
 (step ends, becoming ready). Used by the benchmarks (virtual time) and the real-time server.
@@ -27,6 +30,12 @@ from dataclasses import dataclass
 
 from slascaler.model.histogram import Histogram
 from slascaler.model.observation import Observation
+from slascaler.policy.state import (
+    DEFAULT_MAX_SURGE,
+    DEFAULT_MAX_UNAVAILABLE,
+    resolve_max_surge,
+    resolve_max_unavailable,
+)
 from slascaler_sim.engine import Phase, Replica, Request
 from slascaler_sim.profiles import CostProfile
 from slascaler_sim.recorder import MetricRecorder
@@ -54,6 +63,8 @@ class Fleet:
         start: float = 0.0,
         ready_at_start: bool = True,
         gpu_limit: int | None = None,
+        max_surge: int | str = DEFAULT_MAX_SURGE,
+        max_unavailable: int | str = DEFAULT_MAX_UNAVAILABLE,
     ) -> None:
         if router not in ROUTERS:
             raise ValueError(f"unknown router {router!r}")
@@ -76,6 +87,8 @@ class Fleet:
         self.rolling_restarts = 0
         self.desired = replicas
         self.gpu_limit = gpu_limit
+        self.max_surge = max_surge
+        self.max_unavailable = max_unavailable
         for _ in range(min(replicas, gpu_limit or replicas)):
             self._start_replica(ready_now=ready_at_start)
 
@@ -177,6 +190,7 @@ class Fleet:
             return current.histograms[name].minus(earlier.histograms[name]).to_histogram(scale)
 
         ttft = delta("vllm:time_to_first_token_seconds")
+        serving = [r for r in self.replicas if r.phase is Phase.READY]
         return Observation(
             observed_at=self.now,
             window_s=elapsed,
@@ -191,6 +205,8 @@ class Fleet:
             running=(current.running_integral - earlier.running_integral) / elapsed,
             reporting_pods=round(sum(ready) / len(ready)),
             waiting_now=sum(len(r.waiting) for r in self.replicas) + len(self.backlog),
+            kv_cache_usage_now=sum(r.kv_cache_usage for r in serving),
+            forward_passes=tuple(r.forward_pass() for r in serving),
         )
 
     # -- the event loop ----------------------------------------------------------------
@@ -268,19 +284,23 @@ class Fleet:
         self.replicas.append(replica)
         return replica
 
-    def _outdated(self) -> list[Replica]:
+    def outdated_replicas(self) -> list[Replica]:
+        """Live replicas still running with other engine flags than the fleet's."""
         wanted = (self.settings.max_num_seqs, self.settings.max_num_batched_tokens)
         return [r for r in self._live() if (r.max_num_seqs, r.max_num_batched_tokens) != wanted]
 
     def _roll(self) -> None:
         """One round of a rolling update: drain old replicas while enough stay available,
         start new ones within the surge."""
-        outdated = self._outdated()
+        outdated = self.outdated_replicas()
         if not outdated:
             return
         current = [r for r in self._live() if r not in outdated]
-        surge = max(1, math.ceil(self.desired * 0.25))
-        floor_available = self.desired - math.floor(self.desired * 0.25)
+        surge = resolve_max_surge(self.max_surge, self.desired)
+        unavailable = resolve_max_unavailable(self.max_unavailable, self.desired)
+        if surge == 0 and unavailable == 0:
+            unavailable = 1  # as the Deployment controller: a rollout must be able to proceed
+        floor_available = self.desired - unavailable
         for replica in sorted(outdated, key=lambda r: r.phase is Phase.READY):
             ready = sum(1 for r in (*current, *outdated) if r.phase is Phase.READY)
             after = ready - (replica.phase is Phase.READY)
@@ -299,7 +319,7 @@ class Fleet:
 
     @property
     def rollout_in_progress(self) -> bool:
-        return bool(self._outdated())
+        return bool(self.outdated_replicas())
 
     def _retire_stopped(self) -> None:
         for replica in [r for r in self.replicas if r.phase is Phase.STOPPED]:
@@ -307,5 +327,5 @@ class Fleet:
             self.retired.add(replica.recorder)
             self.finished.extend(replica.finished)
             self.replicas.remove(replica)
-        if self.gpu_limit is not None and not self._outdated():
+        if self.gpu_limit is not None and not self.outdated_replicas():
             self._fill()

@@ -79,20 +79,22 @@ def plot_bench(rows: Sequence[Row], path: Path) -> None:
     """Per scenario, GPU-hours and SLA attainment of each policy (first seed)."""
     plt = _pyplot()
     scenarios = list(dict.fromkeys(row.scenario for row in rows))
-    policies = list(dict.fromkeys(row.result.name for row in rows))
-    figure, axes = plt.subplots(2, 1, figsize=(12, 7), sharex=True)
+    policies = list(dict.fromkeys(row.policy for row in rows))
+    figure, axes = plt.subplots(2, 1, figsize=(14, 7), sharex=True)
     width = 0.8 / max(1, len(policies))
     for index, policy in enumerate(policies):
         hours, attainment = [], []
         for scenario in scenarios:
-            results = [r.result for r in rows if r.scenario == scenario and r.result.name == policy]
-            hours.append(results[0].gpu_hours if results else math.nan)
-            attainment.append(100 * results[0].attainment if results else math.nan)
+            chosen = [r.outcome for r in rows if r.scenario == scenario and r.policy == policy]
+            share = chosen[0].attainment if chosen else None
+            hours.append(chosen[0].gpu_hours if chosen else math.nan)
+            attainment.append(100 * share if share is not None else math.nan)
         xs = [i + index * width for i in range(len(scenarios))]
         axes[0].bar(xs, hours, width, label=policy)
         axes[1].bar(xs, attainment, width, label=policy)
     axes[0].set_ylabel("GPU-hours")
-    axes[0].legend(ncol=len(policies), fontsize=8)
+    axes[0].set_yscale("log")
+    axes[0].legend(ncol=min(5, len(policies)), fontsize=8)
     axes[1].set_ylabel("SLA attainment (% of 1-min windows)")
     axes[1].set_ylim(0, 105)
     axes[1].set_xticks([i + 0.4 - width / 2 for i in range(len(scenarios))])

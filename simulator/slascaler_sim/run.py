@@ -1,8 +1,11 @@
 """Closed-loop runs in virtual time: a workload, a fleet, an autoscaler, and what came of it.
 
-`SlascalerController` drives the real policy (`slascaler.policy.decide`) with the fleet's
-virtual-time `Observation`, exactly the data the Prometheus source will give it, and applies
-its decisions as the actuation layer will (scale, then a rolling update for knob changes).
+Every run puts the fleet behind a Deployment of the in-memory cluster (`sim.cluster`).
+slascaler is the operator's own `Reconciler` (`OperatorController`): it reads the
+Deployment and its pods through `KubeAPI`, observes through the simulator's `MetricSource`,
+decides, writes the status, posts Events and patches the Deployment, exactly as in a real
+cluster; the fleet then follows the Deployment (scaling, rolling updates). The baselines
+read the fleet's observation and scale it, as an external autoscaler scales a Deployment.
 `simulate` advances the fleet tick by tick, calls the controller every period, and returns a
 `RunResult` with the per-request outcomes, a timeline and the figures the benchmarks compare:
 TTFT SLA attainment per 1-minute window, TTFT and ITL percentiles, GPU-hours, replica changes
@@ -14,22 +17,31 @@ Called by the demo, the benchmarks and the oracle.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from slascaler.engines import ENGINES
 from slascaler.model.regime import Regime
-from slascaler.policy import Decision, FleetState, PolicyMemory, PolicyState, decide
-from slascaler.policy.state import DEFAULT_MAX_UNAVAILABLE, resolve_max_unavailable
-from slascaler.spec import SLASpec
+from slascaler.policy import Tunables
+from slascaler.policy.decide import DEFAULT_TUNABLES
+from slascaler.reconcile import Evaluation, Reconciler
+from slascaler.spec import Engine
+from slascaler.telemetry import Telemetry
+from slascaler_sim.cluster import SimCluster, SimDeployment
 from slascaler_sim.engine import Request
 from slascaler_sim.fleet import EngineSettings, Fleet
 from slascaler_sim.profiles import CostProfile
+from slascaler_sim.source import SimulatedSource
 
 TICK_S = 5.0
 WINDOW_S = 60.0  # SLA attainment is judged per 1-minute window of arrivals
+UNSERVED_MS = 1e15  # stands for "never served" inside percentile arithmetic
+NAMESPACE = "bench"
+DEPLOYMENT = "llm"
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 
 
 class Controller(Protocol):
@@ -39,39 +51,57 @@ class Controller(Protocol):
     def control(self, fleet: Fleet, now: float) -> None: ...
 
 
-@dataclass
-class SlascalerController:
-    """The slascaler policy in the loop, with its memory carried as the operator carries it."""
+@runtime_checkable
+class ClusterController(Protocol):
+    """A controller that works through the cluster's API, bound to the run's Deployment."""
 
-    spec: SLASpec
+    def bind(self, cluster: SimCluster, deployment: SimDeployment) -> None: ...
+
+
+def engine_args(engine: Engine, settings: EngineSettings) -> tuple[str, ...]:
+    """A Deployment's container args for an engine started with `settings`."""
+    flavour = ENGINES[engine]
+    return (
+        "--model", MODEL,
+        flavour.max_batch_flag, str(settings.max_num_seqs),
+        flavour.chunk_flag, str(settings.max_num_batched_tokens),
+    )  # fmt: skip
+
+
+@dataclass
+class OperatorController:
+    """slascaler in the loop: the operator's `Reconciler` on an InferenceSLA of the cluster."""
+
+    spec: Mapping[str, Any]  # the InferenceSLA's spec, as a user writes it
     period_s: float = 15.0
     name: str = "slascaler"
-    memory: PolicyMemory = field(default_factory=PolicyMemory)
-    last: Decision | None = None
+    tunables: Tunables = DEFAULT_TUNABLES
+    last: Evaluation | None = None
+    evaluations: int = 0
+    _reconciler: Reconciler | None = field(default=None, repr=False)
+    _cluster: SimCluster | None = field(default=None, repr=False)
+
+    def bind(self, cluster: SimCluster, deployment: SimDeployment) -> None:
+        spec = {**self.spec, "targetRef": {**self.spec.get("targetRef", {}),
+                                           "name": deployment.name}}  # fmt: skip
+        cluster.add_inference_sla(deployment.namespace, deployment.name, spec)
+        fleet = deployment.fleet
+        self._cluster = cluster
+        self._reconciler = Reconciler(
+            cluster,
+            SimulatedSource(cluster),
+            Telemetry(),
+            clock=lambda: fleet.now,
+            tunables=self.tunables,
+        )
+        self._key = (deployment.namespace, deployment.name)
 
     def control(self, fleet: Fleet, now: float) -> None:
-        state = FleetState(
-            spec_replicas=fleet.desired,
-            ready_replicas=fleet.ready_replicas,
-            unschedulable_pods=fleet.unschedulable,
-            max_batch_size=fleet.settings.max_num_seqs,
-            chunk_size=fleet.settings.max_num_batched_tokens,
-            rollout_in_progress=fleet.rollout_in_progress,
-            max_unavailable=resolve_max_unavailable(DEFAULT_MAX_UNAVAILABLE, fleet.desired),
-        )
-        decision = decide(
-            self.spec, fleet.observation(self.spec.window_s), PolicyState(state, self.memory), now
-        )
-        if decision.replicas != fleet.desired:
-            fleet.scale(decision.replicas)
-        knobs = EngineSettings(
-            decision.max_batch_size or fleet.settings.max_num_seqs,
-            decision.chunk_size or fleet.settings.max_num_batched_tokens,
-        )
-        if knobs != fleet.settings:
-            fleet.reconfigure(knobs)
-        self.memory = decision.memory_if_applied
-        self.last = decision
+        if self._reconciler is None or self._cluster is None:
+            raise RuntimeError("OperatorController.bind was not called")
+        sla = self._cluster.get_inference_sla(*self._key)
+        self.last = self._reconciler.reconcile(sla)
+        self.evaluations += 1
 
 
 @dataclass(frozen=True)
@@ -96,6 +126,7 @@ class RunResult:
     percentile: float
     skip_s: float  # windows before this (the first start-up) are not judged
     frontend_ms: float
+    failed_requests: int = 0  # refused by the engines (over the context limit), never served
 
     def client_ttft_ms(self) -> np.ndarray:
         """Arrival at the router to first token (+ frontend), inf for never served."""
@@ -109,29 +140,41 @@ class RunResult:
         )
 
     def window_p95(self) -> list[tuple[float, float]]:
-        """(window start, TTFT percentile) per 1-minute window of arrivals, judged windows only."""
+        """(window start, TTFT percentile) per judged 1-minute window of arrivals.
+
+        A window holding a request that was never served has that request's TTFT infinite:
+        its percentile is +inf when the percentile reaches it (a missed window), never NaN.
+        Windows before `skip_s` (the first start-up) are not judged.
+        """
         ttft = self.client_ttft_ms()
         arrivals = np.asarray([r.arrival for r in self.requests])
         out: list[tuple[float, float]] = []
         if arrivals.size == 0:
             return out
+        finite = np.where(np.isfinite(ttft), ttft, UNSERVED_MS)
         for start in np.arange(self.skip_s, arrivals.max() + 1e-9, WINDOW_S):
             mask = (arrivals >= start) & (arrivals < start + WINDOW_S)
             if mask.any():
-                out.append((float(start), float(np.percentile(ttft[mask], self.percentile))))
+                value = float(np.percentile(finite[mask], self.percentile))
+                out.append((float(start), math.inf if value >= UNSERVED_MS else value))
         return out
 
     @property
-    def attainment(self) -> float:
+    def attainment(self) -> float | None:
+        """Share of judged windows meeting the objective; None when no window was judged."""
         windows = self.window_p95()
         if not windows:
-            return 1.0
+            return None
         return sum(1 for _, p in windows if p <= self.threshold_ms) / len(windows)
 
     def ttft_percentiles(self) -> tuple[float, float, float]:
         ttft = self.client_ttft_ms()
-        p50, p95, p99 = np.percentile(ttft, [50, 95, 99])
-        return float(p50), float(p95), float(p99)
+        if ttft.size == 0:
+            return math.nan, math.nan, math.nan
+        finite = np.where(np.isfinite(ttft), ttft, UNSERVED_MS)
+        values = [float(v) for v in np.percentile(finite, [50, 95, 99])]
+        p50, p95, p99 = (math.inf if v >= UNSERVED_MS else v for v in values)
+        return p50, p95, p99
 
 
 def simulate(
@@ -146,9 +189,23 @@ def simulate(
     percentile: float = 95.0,
     gpu_limit: int | None = None,
     on_tick: Callable[[float], None] | None = None,
+    cluster: SimCluster | None = None,
+    router: str = "least-outstanding",
 ) -> RunResult:
-    """Run `requests` through a fleet under `controller` for `duration_s` virtual seconds."""
-    fleet = Fleet(profile, replicas, settings, startup_s=startup_s, gpu_limit=gpu_limit)
+    """Run `requests` through a fleet under `controller` for `duration_s` virtual seconds.
+
+    The fleet runs a Deployment of `cluster` (a new in-memory cluster if none is given; pass
+    one to look at its objects, Events and calls afterwards).
+    """
+    fleet = Fleet(
+        profile, replicas, settings, startup_s=startup_s, gpu_limit=gpu_limit, router=router
+    )
+    cluster = cluster if cluster is not None else SimCluster()
+    deployment = cluster.add_deployment(
+        NAMESPACE, DEPLOYMENT, fleet, args=engine_args(Engine.VLLM, settings)
+    )
+    if isinstance(controller, ClusterController):
+        controller.bind(cluster, deployment)
     fleet.feed(requests)
     timeline: list[Sample] = []
     gpu_seconds = 0.0
@@ -164,7 +221,8 @@ def simulate(
             changes += fleet.desired != before
             next_control += controller.period_s
         last = getattr(controller, "last", None)
-        regime = last.regime if isinstance(last, Decision) else Regime.UNKNOWN
+        decision = last.decision if isinstance(last, Evaluation) else None
+        regime = decision.regime if decision is not None else Regime.UNKNOWN
         timeline.append(
             Sample(
                 now,
@@ -192,6 +250,7 @@ def simulate(
         percentile=percentile,
         skip_s=startup_s,
         frontend_ms=profile.frontend_ms,
+        failed_requests=fleet.failed_requests,
     )
 
 

@@ -2,9 +2,24 @@
 
 The embedded default is the Azure LLM inference traces of November 2023 (conversation and
 code; "Azure LLM inference trace 2023, Microsoft Azure, AzurePublicDataset, CC-BY 4.0";
-released with Patel et al., "Splitwise", ISCA 2024), shipped in `slascaler/data/traces/`.
-A trace can be replayed faster (`speedup`) and superposed with shifted copies of itself so
-that it needs many replicas. Synthetic loads (Poisson, step, diurnal, burst) are seeded.
+released with Patel et al., "Splitwise", ISCA 2024), shipped in `slascaler_sim/data/traces/`.
+
+A user's trace can be:
+- Azure's CSV (`TIMESTAMP`, `ContextTokens`, `GeneratedTokens`; the 2023 and 2024 releases);
+- BurstGPT's CSV (`Timestamp` in seconds, `Request tokens`, `Response tokens`);
+- JSONL with `timestamp` in milliseconds, `input_length`, `output_length` and optionally
+  `hash_ids` (the prompt's block hashes, as in the Mooncake traces, each covering
+  `hash_block_tokens` prompt tokens: 512 there).
+
+What is read is checked row by row, never silently fixed: a missing, NaN or infinite
+timestamp, or a token count that is not a whole number ≥ 1, is refused naming the file, the
+line and the fix (`TraceError`). The times are rebased to the first request (a trace need
+not start at 0), and rows out of order are sorted, which `Trace.notes` says.
+
+A trace is replayed faster (`speedup`) and superposed with copies of itself, each rotated by
+a random offset within the trace's span so that the superposition keeps its length; with
+one copy the replay is the trace itself (no randomness). Synthetic loads (Poisson, step,
+diurnal, burst) are seeded.
 
 Read by the demo, the benchmarks and the real-time engines.
 """
@@ -15,7 +30,7 @@ import csv
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
@@ -28,62 +43,147 @@ BUNDLED = {
     "conversation": "AzureLLMInferenceTrace_conv.csv",
     "code": "AzureLLMInferenceTrace_code.csv",
 }
+MOONCAKE_BLOCK_TOKENS = 512  # prompt tokens per hash id in the Mooncake JSONL traces
 
 
 class TraceError(ValueError):
-    """A trace file is unusable; the message names the file and line."""
+    """A trace file is unusable; the message names the file, the line and the fix."""
 
 
 @dataclass(frozen=True)
 class TraceRow:
-    at: float  # seconds from the trace's start
+    at: float  # seconds from the trace's first request
     prompt: int
     output: int
+    block_hashes: tuple[int, ...] = ()  # the prompt's leading blocks, for prefix caching
 
 
-def _parse_azure(name: str, lines: Sequence[str]) -> list[TraceRow]:
-    reader = csv.DictReader(lines)
-    need = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-    if not reader.fieldnames or any(c not in reader.fieldnames for c in need):
-        raise TraceError(f"{name}:1: expected the columns {', '.join(need)}")
-    rows: list[TraceRow] = []
-    origin: datetime | None = None
-    for row in reader:
-        line = reader.line_num
-        try:
-            stamp = datetime.fromisoformat(row["TIMESTAMP"][:26])
-            prompt, output = int(row["ContextTokens"]), int(row["GeneratedTokens"])
-        except (ValueError, TypeError):
-            raise TraceError(f"{name}:{line}: not a timestamp and two token counts") from None
-        origin = origin or stamp
-        rows.append(TraceRow((stamp - origin).total_seconds(), max(1, prompt), max(1, output)))
-    return rows
+@dataclass(frozen=True)
+class Trace:
+    """A trace's rows, sorted and rebased to its first request, and what was done to them."""
+
+    name: str
+    rows: list[TraceRow]
+    notes: tuple[str, ...] = ()
+    hash_block_tokens: int = MOONCAKE_BLOCK_TOKENS
+
+    @property
+    def span_s(self) -> float:
+        return self.rows[-1].at if self.rows else 0.0
 
 
-def _parse_jsonl(name: str, lines: Sequence[str]) -> list[TraceRow]:
-    rows: list[TraceRow] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+@dataclass
+class _Reader:
+    """Checks one file's rows; collects (time, prompt, output, hashes) with line numbers."""
+
+    name: str
+    raw: list[tuple[int, float, int, int, tuple[int, ...]]] = field(default_factory=list)
+
+    def fail(self, line: int, message: str) -> TraceError:
+        return TraceError(f"{self.name}:{line}: {message}")
+
+    def tokens(self, line: int, column: str, text: object) -> int:
+        fix = f"{column} must be a whole number ≥ 1; fix or drop the row"
+        if isinstance(text, bool):
+            raise self.fail(line, f"{column} is {text!r}: {fix}")
+        if isinstance(text, int):
+            value = text
+        elif isinstance(text, float) and text.is_integer():
+            value = int(text)
+        elif isinstance(text, str) and text.strip().lstrip("+-").isdigit():
+            value = int(text.strip())
+        else:
+            shown = "missing" if text in (None, "") else repr(text)
+            raise self.fail(line, f"{column} is {shown}: {fix}")
+        if value < 1:
+            raise self.fail(line, f"{column} is {value}: {fix}")
+        return value
+
+    def time(self, line: int, column: str, value: float | None, unit: str) -> float:
+        if value is None or not math.isfinite(value):
+            shown = "missing" if value is None else repr(value)
+            raise self.fail(
+                line, f"{column} is {shown}: every row needs the request's arrival time ({unit})"
+            )
+        return value
+
+    def add(self, line: int, at: float, prompt: int, output: int, hashes: tuple[int, ...]) -> None:
+        self.raw.append((line, at, prompt, output, hashes))
+
+
+def _number(text: object) -> float | None:
+    if text is None or isinstance(text, bool) or (isinstance(text, str) and not text.strip()):
+        return None
+    try:
+        return float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _read_csv(reader: _Reader, lines: Sequence[str]) -> None:
+    table = csv.DictReader(lines)
+    columns = table.fieldnames or []
+    if all(c in columns for c in ("TIMESTAMP", "ContextTokens", "GeneratedTokens")):
+        time_column, prompt_column, output_column = "TIMESTAMP", "ContextTokens", "GeneratedTokens"
+        azure = True
+    elif all(c in columns for c in ("Timestamp", "Request tokens", "Response tokens")):
+        time_column, prompt_column, output_column = "Timestamp", "Request tokens", "Response tokens"
+        azure = False
+    else:
+        raise reader.fail(
+            1,
+            "expected the columns TIMESTAMP, ContextTokens, GeneratedTokens (Azure) or "
+            f"Timestamp, Request tokens, Response tokens (BurstGPT); found {', '.join(columns)}",
+        )
+    for row in table:
+        line = table.line_num
+        stamp = row.get(time_column)
+        if azure:
+            try:
+                at = datetime.fromisoformat(str(stamp).strip()[:26]).timestamp() if stamp else None
+            except ValueError:
+                raise reader.fail(
+                    line, f"{time_column} is {stamp!r}: write e.g. 2023-11-16 18:17:03.979960"
+                ) from None
+        else:
+            at = _number(stamp)
+        unit = "a date and time" if azure else "seconds"
+        reader.add(
+            line,
+            reader.time(line, time_column, at, unit),
+            reader.tokens(line, prompt_column, row.get(prompt_column)),
+            reader.tokens(line, output_column, row.get(output_column)),
+            (),
+        )
+
+
+def _read_jsonl(reader: _Reader, lines: Sequence[str]) -> None:
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
             continue
         try:
-            data = json.loads(line)
-            rows.append(
-                TraceRow(
-                    float(data["timestamp"]) / 1000.0,
-                    max(1, int(data["input_length"])),
-                    max(1, int(data["output_length"])),
-                )
-            )
-        except (ValueError, KeyError, TypeError):
-            raise TraceError(
-                f'{name}:{number}: expected {{"timestamp": ms, "input_length": n, '
-                '"output_length": n}'
-            ) from None
-    return rows
+            data = json.loads(text)
+        except ValueError:
+            raise reader.fail(number, "not a JSON object; write one request per line") from None
+        if not isinstance(data, dict):
+            raise reader.fail(number, "not a JSON object; write one request per line")
+        hashes = data.get("hash_ids", [])
+        if not isinstance(hashes, list) or not all(
+            isinstance(h, int) and not isinstance(h, bool) for h in hashes
+        ):
+            raise reader.fail(number, "hash_ids must be a list of whole numbers")
+        at = _number(data.get("timestamp"))
+        reader.add(
+            number,
+            reader.time(number, "timestamp", at, "milliseconds") / 1000.0,
+            reader.tokens(number, "input_length", data.get("input_length")),
+            reader.tokens(number, "output_length", data.get("output_length")),
+            tuple(hashes),
+        )
 
 
-def load_trace(source: str | Path) -> list[TraceRow]:
-    """A bundled trace by name (`conversation`, `code`) or a file (Azure CSV or JSONL)."""
+def read_trace(source: str | Path, hash_block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Trace:
+    """A bundled trace by name (`conversation`, `code`) or a file (CSV or JSONL), checked."""
     if isinstance(source, str) and source in BUNDLED:
         text = resources.files("slascaler_sim.data.traces").joinpath(BUNDLED[source]).read_text()
         name = BUNDLED[source]
@@ -91,28 +191,73 @@ def load_trace(source: str | Path) -> list[TraceRow]:
         path = Path(source)
         text, name = path.read_text(encoding="utf-8"), str(path)
     lines = text.splitlines()
-    if not lines:
-        raise TraceError(f"{name}: empty trace")
-    parse = _parse_jsonl if lines[0].lstrip().startswith("{") else _parse_azure
-    rows = sorted(parse(name, lines), key=lambda r: r.at)
-    if not rows:
-        raise TraceError(f"{name}: no requests")
-    return rows
+    reader = _Reader(name)
+    if not any(line.strip() for line in lines):
+        raise reader.fail(1, "empty trace")
+    if lines[0].lstrip().startswith("{"):
+        _read_jsonl(reader, lines)
+    else:
+        _read_csv(reader, lines)
+    if not reader.raw:
+        raise reader.fail(1, "no requests")
+    notes: list[str] = []
+    order = sorted(reader.raw, key=lambda r: r[1])
+    if order != reader.raw:
+        moved = sum(1 for a, b in zip(order, reader.raw, strict=True) if a is not b)
+        notes.append(f"{name}: {moved} rows were out of time order and were sorted")
+    origin = order[0][1]
+    if origin != 0:
+        notes.append(f"{name}: times rebased to the first request ({origin:g} → 0)")
+    rows = [TraceRow(at - origin, p, o, h) for _, at, p, o, h in order]
+    return Trace(name, rows, tuple(notes), hash_block_tokens)
+
+
+def load_trace(source: str | Path) -> list[TraceRow]:
+    """The rows of `read_trace(source)`."""
+    return read_trace(source).rows
 
 
 def replay(
-    rows: Sequence[TraceRow], speedup: float = 1.0, copies: int = 1, seed: int = 0
+    rows: Sequence[TraceRow],
+    speedup: float = 1.0,
+    copies: int = 1,
+    seed: int = 0,
+    hash_block_tokens: int = MOONCAKE_BLOCK_TOKENS,
 ) -> list[Request]:
-    """Requests replaying `rows` `speedup`× faster, superposed `copies` times at random shifts."""
+    """Requests replaying `rows` `speedup`× faster, superposed `copies` times.
+
+    Copy 0 is the trace as it is; every other copy is rotated by a random offset within the
+    trace's span (what runs past the end wraps to the start), so the superposition keeps
+    the trace's length and `copies` times its rate. A copy's block hashes are its own (a
+    prefix shared within the trace stays shared within each copy).
+    """
+    if not rows:
+        return []
     span = rows[-1].at - rows[0].at or 1.0
     rng = np.random.default_rng(seed)
     shifts = [0.0, *rng.uniform(0, span, copies - 1)]
-    times: list[tuple[float, int, int]] = []
-    for shift in shifts:
+    times: list[tuple[float, TraceRow, int]] = []
+    for copy, shift in enumerate(shifts):
         for row in rows:
-            times.append((((row.at + shift) % (span + 1e-9)) / speedup, row.prompt, row.output))
-    times.sort()
-    return [Request(i, at, prompt, output) for i, (at, prompt, output) in enumerate(times)]
+            at = row.at - rows[0].at + shift
+            if at >= span + 1e-9:
+                at -= span
+            times.append((at / speedup, row, copy))
+    times.sort(key=lambda item: item[0])
+    return [
+        _request(i, at, row, copy, hash_block_tokens) for i, (at, row, copy) in enumerate(times)
+    ]
+
+
+def _request(index: int, at: float, row: TraceRow, copy: int, block_tokens: int) -> Request:
+    hashes = row.block_hashes
+    if copy and hashes:
+        # Another copy's users share prefixes among themselves, not with copy 0's: hashing
+        # (copy, hash) keeps equal hashes equal within the copy, so chains stay chains.
+        hashes = tuple(hash((copy, block)) for block in hashes)
+    return Request(
+        index, at, row.prompt, row.output, block_hashes=hashes, hash_block_tokens=block_tokens
+    )
 
 
 def modulated_poisson(

@@ -8,12 +8,11 @@ from pathlib import Path
 import pytest
 
 from slascaler.cli import main
-from slascaler.spec import parse_spec
-from slascaler_sim.baselines import HPAController, StaticController
+from slascaler_sim.baselines import HPAController, OracleController, StaticController
+from slascaler_sim.benchmark import POLICIES
 from slascaler_sim.fleet import EngineSettings, Fleet
-from slascaler_sim.oracle import OracleController
 from slascaler_sim.profiles import PROFILES
-from slascaler_sim.run import SlascalerController, simulate
+from slascaler_sim.run import OperatorController, simulate
 from slascaler_sim.workload import load_trace, modulated_poisson, step_rate
 
 DEMO = PROFILES["source-demo"]
@@ -76,13 +75,13 @@ def test_static_and_oracle_controllers() -> None:
 def test_closed_loop_slascaler_recovers_from_a_step_within_the_bound() -> None:
     rows = load_trace("conversation")
     requests = modulated_poisson(step_rate(5.0, 20.0, 600.0), 20.0, 1500.0, rows, seed=1)
-    spec = parse_spec({
+    spec = {
         "targetRef": {"name": "x"},
         "objectives": {"ttft": {"thresholdMs": 500}, "itl": {"thresholdMs": 100}},
         "replicas": {"min": 1, "max": 32}, "window": "1m",
-    })  # fmt: skip
+    }  # fmt: skip
     result = simulate(
-        requests, SlascalerController(spec), PROFILES["llama3-8b-a100"],
+        requests, OperatorController(spec), PROFILES["llama3-8b-a100"],
         EngineSettings(256, 2048), 2, 60.0, 1500.0, 500.0,
     )  # fmt: skip
     after_step = [(s, p) for s, p in result.window_p95() if s >= 600]
@@ -130,6 +129,6 @@ def test_bench_on_a_user_trace(tmp_path: Path) -> None:
     )
     assert status == 0
     table = out.getvalue()
-    for policy in ("slascaler", "HPA on queue", "KEDA on TTFT", "Static (peak)", "Oracle"):
+    for policy in POLICIES:
         assert f"| {policy} |" in table
-    assert (tmp_path / "bench.csv").read_text().count("\n") == 6
+    assert (tmp_path / "bench.csv").read_text().count("\n") == len(POLICIES) + 1

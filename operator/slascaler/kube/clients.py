@@ -1,44 +1,93 @@
-"""The Kubernetes API clients the operator uses, and raw-JSON access to them.
+"""`KubeAPI` over the Kubernetes client library: the operator's calls, with errors translated.
 
-Objects are handled as the API server's own JSON (camelCase dicts), read with
-`_preload_content=False`, so that the code reads like the manifests users write and does not
-depend on the generated model classes. Built once at start-up (`Clients.from_config`) and
-passed explicitly.
+Objects are read as the API server's own JSON (`_preload_content=False`), so the code does
+not depend on the generated model classes. Every call carries a request timeout (the client
+library sets none by default, so a frozen API server would block a worker for ever), and
+every failure leaves as a `kube.errors` exception: `ApiException` by its status, a connection
+error or timeout as `Unreachable`. Nothing outside this module and the Kopf wiring imports
+the client library.
 
-Used by `kube.fleet`, `kube.actuation` and `reconcile`.
+Built once at start-up (`Clients.from_config`) and passed explicitly; the e2e suite extends
+it with helpers for the tests.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-GROUP, VERSION, PLURAL = "slascaler.io", "v1alpha1", "inferenceslas"
-KIND = "InferenceSLA"
+from slascaler.kube.api import (
+    FIELD_MANAGER,
+    GROUP,
+    PLURAL,
+    VERSION,
+    DeploymentPatch,
+    Json,
+)
+from slascaler.kube.errors import Conflict, KubeError, NotFound, Unreachable
 
-Json = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+DEFAULT_TIMEOUT_S = 10.0
+
+
+def server_message(error: ApiException) -> str:
+    """The API server's message from an error, else the HTTP reason."""
+    try:
+        body = json.loads(error.body or "{}")
+        message = body.get("message")
+        if isinstance(message, str) and message:
+            return message
+    except (ValueError, TypeError, AttributeError):
+        pass
+    return str(error.reason)
+
+
+@contextmanager
+def translated_errors(what: str) -> Iterator[None]:
+    """Turn the client library's exceptions into `kube.errors` ones, naming the call."""
+    try:
+        yield
+    except ApiException as error:
+        message = f"{what}: {server_message(error)}"
+        if error.status == 404:
+            raise NotFound(message) from None
+        if error.status == 409:
+            raise Conflict(message) from None
+        if error.status in (0, None):  # the library's way of saying there was no response
+            raise Unreachable(message) from None
+        raise KubeError(int(error.status), message) from None
+    except (urllib3.exceptions.HTTPError, OSError) as error:
+        raise Unreachable(f"{what}: {type(error).__name__}: {error}") from None
 
 
 @dataclass(frozen=True)
 class Clients:
+    """The operator's `KubeAPI` over one `ApiClient` (one identity, one cluster)."""
+
     api: client.ApiClient
+    timeout_s: float = field(default=DEFAULT_TIMEOUT_S, kw_only=True)
 
     @classmethod
-    def from_config(cls, kubeconfig: str | None = None) -> Clients:
+    def from_config(
+        cls, kubeconfig: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> Clients:
         """In-cluster credentials when running in a pod, else the kubeconfig."""
         if kubeconfig is None:
             try:
                 config.load_incluster_config()  # type: ignore[no-untyped-call]
-                return cls(client.ApiClient())
+                return cls(client.ApiClient(), timeout_s=timeout_s)
             except config.ConfigException:
                 pass
-        return cls(config.new_client_from_config(config_file=kubeconfig))  # type: ignore[no-untyped-call]
+        api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        return cls(api, timeout_s=timeout_s)
 
     @property
     def apps(self) -> client.AppsV1Api:
@@ -56,30 +105,81 @@ class Clients:
     def custom(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self.api)
 
+    def _json(self, what: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Json:
+        with translated_errors(what):
+            response = call(
+                *args, _preload_content=False, _request_timeout=self.timeout_s, **kwargs
+            )
+            data: Json = json.loads(response.data)
+        return data
 
-def raw(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Json:
-    """Call a client method and return the API server's JSON answer as a dict."""
-    response = call(*args, _preload_content=False, **kwargs)
-    data: Json = json.loads(response.data)
-    return data
+    # -- KubeAPI ----------------------------------------------------------------------
 
+    def get_deployment(self, namespace: str, name: str) -> Json:
+        return self._json(
+            f"reading Deployment {namespace}/{name}",
+            self.apps.read_namespaced_deployment, name, namespace,
+        )  # fmt: skip
 
-def kube_time(epoch_s: float) -> str:
-    """RFC 3339 UTC with seconds, as Kubernetes writes times."""
-    return dt.datetime.fromtimestamp(epoch_s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    def patch_deployment(self, namespace: str, name: str, patch: DeploymentPatch) -> Json:
+        body: Json = {"metadata": {"resourceVersion": patch.resource_version}}
+        spec: Json = {}
+        if patch.replicas is not None:
+            spec["replicas"] = patch.replicas
+        if patch.container is not None:
+            container: Json = {"name": patch.container.name}
+            if patch.container.args is not None:
+                container["args"] = list(patch.container.args)
+            if patch.container.command is not None:
+                container["command"] = list(patch.container.command)
+            spec["template"] = {"spec": {"containers": [container]}}
+        body["spec"] = spec
+        return self._json(
+            f"patching Deployment {namespace}/{name}",
+            self.apps.patch_namespaced_deployment, name, namespace, body,
+            field_manager=FIELD_MANAGER, _content_type=STRATEGIC_MERGE_PATCH,
+        )  # fmt: skip
 
+    def list_pods(self, namespace: str, label_selector: str) -> list[Json]:
+        items: list[Json] = self._json(
+            f"listing pods in {namespace}",
+            self.core.list_namespaced_pod, namespace, label_selector=label_selector,
+        )["items"]  # fmt: skip
+        return items
 
-def not_found(error: ApiException) -> bool:
-    return bool(error.status == 404)
+    def list_horizontal_pod_autoscalers(self, namespace: str) -> list[Json]:
+        items: list[Json] = self._json(
+            f"listing HorizontalPodAutoscalers in {namespace}",
+            self.autoscaling.list_namespaced_horizontal_pod_autoscaler, namespace,
+        )["items"]  # fmt: skip
+        return items
 
+    def list_scaled_objects(self, namespace: str) -> list[Json]:
+        items: list[Json] = self._json(
+            f"listing KEDA ScaledObjects in {namespace}",
+            self.custom.list_namespaced_custom_object,
+            "keda.sh", "v1alpha1", namespace, "scaledobjects",
+        )["items"]  # fmt: skip
+        return items
 
-def describe(error: ApiException) -> str:
-    """The API server's message from an error, else the HTTP reason."""
-    try:
-        body = json.loads(error.body or "{}")
-        message = body.get("message")
-        if isinstance(message, str) and message:
-            return f"{error.status} {message}"
-    except (ValueError, TypeError):
-        pass
-    return f"{error.status} {error.reason}"
+    def get_inference_sla(self, namespace: str, name: str) -> Json:
+        return self._json(
+            f"reading InferenceSLA {namespace}/{name}",
+            self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name,
+        )  # fmt: skip
+
+    def patch_inference_sla_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        self._json(
+            f"writing the status of InferenceSLA {namespace}/{name}",
+            self.custom.patch_namespaced_custom_object_status,
+            GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status)},
+            field_manager=FIELD_MANAGER, _content_type=MERGE_PATCH,
+        )  # fmt: skip
+
+    def create_event(self, namespace: str, event: Json) -> None:
+        self._json(
+            f"posting an Event in {namespace}",
+            self.core.create_namespaced_event, namespace, event,
+        )  # fmt: skip

@@ -11,8 +11,9 @@
   Deployment (KEDA not installed is not an error);
 - how many pods a rolling update may take down (the strategy's maxUnavailable, resolved).
 
-Raises `TargetMissing` when the Deployment does not exist. Called by `reconcile`, once to
-decide and once more just before acting (to re-validate the decision).
+Raises `TargetMissing` when the Deployment does not exist, `ContainerMissing` when the engine
+container is not in it, and `kube.errors` exceptions when the API fails. Called by
+`reconcile`, once to decide and once more just before acting (to re-validate the decision).
 """
 
 from __future__ import annotations
@@ -21,11 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from slascaler.engine_args import CommandLine, EngineArgsError, read_flag
 from slascaler.engines import ENGINES
-from slascaler.kube.clients import Clients, Json, not_found, raw
+from slascaler.kube.api import Json, KubeAPI
+from slascaler.kube.errors import NotFound
 from slascaler.policy import FleetState
 from slascaler.policy.state import DEFAULT_MAX_UNAVAILABLE, resolve_max_unavailable
 from slascaler.spec import SLASpec
@@ -54,14 +54,20 @@ class FleetView:
         return str(self.deployment["metadata"]["resourceVersion"])
 
     def same_as(self, other: FleetView) -> bool:
-        """True when nothing the decision depends on changed between the two reads."""
+        """True when nothing the decision depends on changed between the two reads.
+
+        Writes that touch nothing decided on (annotations, labels, a status update) leave
+        the decision valid, so a busy Deployment does not starve its scaling.
+        """
+        mine, theirs = self.state, other.state
         return (
-            self.state.spec_replicas == other.state.spec_replicas
-            and self.state.max_batch_size == other.state.max_batch_size
-            and self.state.chunk_size == other.state.chunk_size
-            and self.state.other_autoscaler == other.state.other_autoscaler
-            and self.deployment["metadata"].get("generation")
-            == other.deployment["metadata"].get("generation")
+            mine.spec_replicas == theirs.spec_replicas
+            and mine.max_batch_size == theirs.max_batch_size
+            and mine.chunk_size == theirs.chunk_size
+            and mine.other_autoscaler == theirs.other_autoscaler
+            and mine.rollout_in_progress == theirs.rollout_in_progress
+            and self.container == other.container
+            and self.command_line == other.command_line
         )
 
 
@@ -119,9 +125,9 @@ def max_unavailable(deployment: Json) -> int:
     return resolve_max_unavailable(rolling.get("maxUnavailable", DEFAULT_MAX_UNAVAILABLE), replicas)
 
 
-def _unschedulable(clients: Clients, namespace: str, deployment: Json) -> int:
+def _unschedulable(api: KubeAPI, namespace: str, deployment: Json) -> int:
     selector = label_selector(deployment["spec"]["selector"])
-    pods = raw(clients.core.list_namespaced_pod, namespace, label_selector=selector)["items"]
+    pods = api.list_pods(namespace, selector)
     count = 0
     for pod in pods:
         if pod["metadata"].get("deletionTimestamp") or pod["status"].get("phase") != "Pending":
@@ -136,41 +142,30 @@ def _unschedulable(clients: Clients, namespace: str, deployment: Json) -> int:
     return count
 
 
-def other_autoscaler(clients: Clients, namespace: str, name: str) -> str | None:
+def other_autoscaler(api: KubeAPI, namespace: str, name: str) -> str | None:
     """`Kind/name` of an HPA or KEDA ScaledObject that targets the Deployment, if any."""
-    hpas = raw(clients.autoscaling.list_namespaced_horizontal_pod_autoscaler, namespace)
-    for hpa in hpas["items"]:
+    for hpa in api.list_horizontal_pod_autoscalers(namespace):
         target = hpa["spec"]["scaleTargetRef"]
         if target.get("kind") == "Deployment" and target.get("name") == name:
             return f"HorizontalPodAutoscaler/{hpa['metadata']['name']}"
     try:
-        scaled = raw(
-            clients.custom.list_namespaced_custom_object,
-            "keda.sh",
-            "v1alpha1",
-            namespace,
-            "scaledobjects",
-        )
-    except ApiException as error:
-        if not_found(error):  # KEDA is not installed
-            return None
-        raise
-    for item in scaled["items"]:
+        scaled = api.list_scaled_objects(namespace)
+    except NotFound:  # KEDA is not installed
+        return None
+    for item in scaled:
         target = item["spec"].get("scaleTargetRef") or {}
         if target.get("kind", "Deployment") == "Deployment" and target.get("name") == name:
             return f"ScaledObject/{item['metadata']['name']}"
     return None
 
 
-def read_fleet(clients: Clients, namespace: str, spec: SLASpec) -> FleetView:
+def read_fleet(api: KubeAPI, namespace: str, spec: SLASpec) -> FleetView:
     try:
-        deployment = raw(clients.apps.read_namespaced_deployment, spec.target.name, namespace)
-    except ApiException as error:
-        if not_found(error):
-            raise TargetMissing(
-                f"Deployment {spec.target.name} not found in namespace {namespace}"
-            ) from error
-        raise
+        deployment = api.get_deployment(namespace, spec.target.name)
+    except NotFound:
+        raise TargetMissing(
+            f"Deployment {spec.target.name} not found in namespace {namespace}"
+        ) from None
     container = engine_container(deployment, spec.target.container)
     line = command_line(container)
     flavour = ENGINES[spec.engine]
@@ -195,11 +190,11 @@ def read_fleet(clients: Clients, namespace: str, spec: SLASpec) -> FleetView:
     state = FleetState(
         spec_replicas=int(deployment["spec"].get("replicas", 1)),
         ready_replicas=int(status.get("readyReplicas", 0)),
-        unschedulable_pods=_unschedulable(clients, namespace, deployment),
+        unschedulable_pods=_unschedulable(api, namespace, deployment),
         max_batch_size=flags["maxBatchSize"],
         chunk_size=flags["chunkSize"],
         rollout_in_progress=rollout_in_progress(deployment),
-        other_autoscaler=other_autoscaler(clients, namespace, spec.target.name),
+        other_autoscaler=other_autoscaler(api, namespace, spec.target.name),
         max_unavailable=max_unavailable(deployment),
     )
     return FleetView(state, deployment, str(container["name"]), line, tuple(notes))

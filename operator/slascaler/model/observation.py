@@ -8,6 +8,9 @@ and tell the user, instead of acting on a guess; a source that could not be reac
 says so in `source_error`.
 
 Built by the metric sources (Prometheus, simulator); read by `model.regime` and `policy`.
+Two fields exist only for the simulator's baseline autoscalers, which read signals slascaler
+does not use: the KV-cache usage gauge (AIBrix's KPA) and the engines' latest forward passes
+(Dynamo's planner); the Prometheus source leaves them at their defaults.
 """
 
 from __future__ import annotations
@@ -16,6 +19,22 @@ import math
 from dataclasses import dataclass, field
 
 from slascaler.model.histogram import Histogram
+
+
+@dataclass(frozen=True)
+class ForwardPass:
+    """One engine's latest scheduler iteration, as Dynamo's workers publish it per forward
+    pass (`ForwardPassMetrics`: wall time, the scheduled batch and the waiting queue).
+    vLLM's Prometheus metrics have no such record; Dynamo's planner receives it from its own
+    workers on the event plane. Token counts are per engine; `wall_time_s` is 0 when idle."""
+
+    wall_time_s: float
+    scheduled_prefill_tokens: int  # prompt tokens computed in the iteration (chunks)
+    scheduled_prefill_requests: int
+    scheduled_decode_kv_tokens: int  # context length of the decodes in the iteration
+    scheduled_decode_requests: int
+    queued_prefill_tokens: int  # prompt tokens of the waiting (never scheduled) requests
+    queued_decode_kv_tokens: int = 0  # context of preempted requests waiting again
 
 
 @dataclass(frozen=True)
@@ -34,6 +53,11 @@ class Observation:
     running: float = math.nan  # requests running, summed over pods
     reporting_pods: int = 0  # pods that exported engine metrics in the window
     waiting_now: float = math.nan  # requests waiting at the end of the window (instant gauge)
+    # KV-cache usage fraction (0–1) at the end of the window, summed over reporting pods:
+    # vLLM's `vllm:kv_cache_usage_perc` (`vllm:gpu_cache_usage_perc` before v1). Instant gauge.
+    kv_cache_usage_now: float = math.nan
+    # Each serving pod's latest forward pass (Dynamo's per-iteration worker stats).
+    forward_passes: tuple[ForwardPass, ...] = field(default=())
     problems: tuple[str, ...] = field(default=())
     # The source could not be asked at all (unreachable, timed out): the reason, for the user.
     source_error: str | None = None

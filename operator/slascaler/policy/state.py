@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 DEFAULT_MAX_UNAVAILABLE = "25%"  # a Deployment's rolling update when its spec says nothing
+DEFAULT_MAX_SURGE = "25%"
 
 
 def resolve_max_unavailable(value: int | str, replicas: int) -> int:
@@ -21,6 +22,14 @@ def resolve_max_unavailable(value: int | str, replicas: int) -> int:
     down, as the Deployment controller resolves `maxUnavailable`."""
     if isinstance(value, str) and value.endswith("%"):
         return math.floor(replicas * float(value[:-1]) / 100)
+    return int(value)
+
+
+def resolve_max_surge(value: int | str, replicas: int) -> int:
+    """Pods a rolling update may add above the replicas: a count, or a percentage rounded up
+    (the Deployment controller's rounding for `maxSurge`)."""
+    if isinstance(value, str) and value.endswith("%"):
+        return math.ceil(replicas * float(value[:-1]) / 100)
     return int(value)
 
 

@@ -1,0 +1,85 @@
+"""The Kubernetes API as the operator uses it: one narrow interface, two implementations.
+
+`KubeAPI` lists every read and write the reconcile loop and the Kopf wiring make, on objects
+as the API server's own JSON (camelCase dicts), so that the code reads like the manifests
+users write. `kube.clients.Clients` implements it over the Kubernetes client library, and the
+simulator's in-memory cluster (`slascaler_sim.cluster`) implements it for the benchmark, the
+demo and the unit tests of the edge, so those run the operator's own `Reconciler`.
+
+Every method raises only `kube.errors` exceptions. Writes to a Deployment are one
+conditional patch (`DeploymentPatch`, carrying the resourceVersion the decision was made on)
+so that replicas and engine flags change together or not at all.
+
+Used by `kube.fleet`, `kube.actuation`, `reconcile` and `wiring`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+GROUP, VERSION, PLURAL = "slascaler.io", "v1alpha1", "inferenceslas"
+KIND = "InferenceSLA"
+FIELD_MANAGER = "slascaler"
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ContainerPatch:
+    """New `command` / `args` of one container (None: leave that field as it is)."""
+
+    name: str
+    command: tuple[str, ...] | None = None
+    args: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class DeploymentPatch:
+    """One conditional write of a Deployment: applied only at `resource_version`."""
+
+    resource_version: str
+    replicas: int | None = None
+    container: ContainerPatch | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.replicas is None and self.container is None
+
+
+class KubeAPI(Protocol):
+    """The API calls the operator makes; each raises only `kube.errors` exceptions."""
+
+    def get_deployment(self, namespace: str, name: str) -> Json: ...
+
+    def patch_deployment(self, namespace: str, name: str, patch: DeploymentPatch) -> Json:
+        """Apply `patch` if the Deployment is still at its resourceVersion (else Conflict);
+        returns the Deployment as written."""
+        ...
+
+    def list_pods(self, namespace: str, label_selector: str) -> list[Json]: ...
+
+    def list_horizontal_pod_autoscalers(self, namespace: str) -> list[Json]: ...
+
+    def list_scaled_objects(self, namespace: str) -> list[Json]:
+        """KEDA ScaledObjects; NotFound when KEDA is not installed."""
+        ...
+
+    def get_inference_sla(self, namespace: str, name: str) -> Json: ...
+
+    def patch_inference_sla_status(
+        self, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> None:
+        """JSON merge patch of the status subresource (keys set to None are removed)."""
+        ...
+
+    def create_event(self, namespace: str, event: Json) -> None:
+        """Create a core/v1 Event; Conflict when one of that name exists already."""
+        ...
+
+
+def kube_time(epoch_s: float) -> str:
+    """RFC 3339 UTC with seconds, as Kubernetes writes times."""
+    return dt.datetime.fromtimestamp(epoch_s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

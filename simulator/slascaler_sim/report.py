@@ -1,0 +1,326 @@
+"""The benchmark's tables: bench.csv, the markdown tables, the ratios and the targets.
+
+- `CSV_COLUMNS` / `write_csv`: one row per run, snake_case columns in a fixed order so other
+  tools can read them (attainment as a fraction 0–1, empty when no window was judged;
+  latencies in ms, `inf` for a request never served).
+- `markdown_table`: the same runs for people ("n/a", "∞").
+- `scenario_ratios`: per scenario, slascaler's GPU-hours and attainment over the oracle's
+  and over the best baseline's (the baseline with the highest attainment, then the fewest
+  GPU-hours), averaged over seeds.
+- `target_verdicts`: each target of the control-quality issue, per scenario and seed, met
+  or missed and by how much.
+- `benchmark_document`: all of it as `docs/benchmark.md`.
+
+Pure formatting of `sim.benchmark` rows. Called by `slascaler bench`.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from slascaler_sim.benchmark import ORACLE, SLASCALER, Row
+from slascaler_sim.suite import Scenario
+
+CSV_COLUMNS = (
+    "scenario",
+    "seed",
+    "policy",
+    "sla_attainment",
+    "attainment_where_feasible",
+    "feasible_windows",
+    "judged_windows",
+    "gpu_hours",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "ttft_p99_ms",
+    "itl_p95_ms",
+    "failed_requests",
+    "replica_changes",
+    "rolling_restarts",
+)
+HEADERS = (
+    "scenario",
+    "seed",
+    "policy",
+    "SLA attainment",
+    "where feasible",
+    "judged windows",
+    "GPU-hours",
+    "TTFT p50 ms",
+    "TTFT p95 ms",
+    "TTFT p99 ms",
+    "ITL p95 ms",
+    "failed",
+    "replica changes",
+    "rolling restarts",
+)
+# Targets 3 compares slascaler with these (the oracle is the bound, not a competitor).
+COMPETITORS_EXCLUDED = frozenset({SLASCALER, ORACLE})
+WITHIN = 0.02  # target 3: "strictly better on one with the other within 2%"
+
+
+def _ms_csv(value: float) -> str:
+    return "inf" if math.isinf(value) else ("" if math.isnan(value) else f"{value:.1f}")
+
+
+def _fraction_csv(value: float | None) -> str:
+    return "" if value is None else f"{value:.4f}"
+
+
+def csv_values(row: Row) -> list[str]:
+    o = row.outcome
+    p50, p95, p99 = o.ttft_ms
+    return [
+        o.scenario, str(o.seed), o.policy, _fraction_csv(o.attainment),
+        _fraction_csv(row.attainment_where_feasible),
+        "" if row.feasible_windows is None else str(row.feasible_windows),
+        str(len(o.windows)), f"{o.gpu_hours:.3f}", _ms_csv(p50), _ms_csv(p95), _ms_csv(p99),
+        _ms_csv(o.itl_p95_ms), str(o.failed_requests), str(o.replica_changes),
+        str(o.rolling_restarts),
+    ]  # fmt: skip
+
+
+def write_csv(rows: Sequence[Row], path: Path) -> None:
+    with path.open("w", newline="", encoding="utf-8") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(CSV_COLUMNS)
+        writer.writerows(csv_values(row) for row in rows)
+
+
+def percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _ms(value: float) -> str:
+    return "∞" if math.isinf(value) else ("n/a" if math.isnan(value) else f"{value:.0f}")
+
+
+def markdown_table(rows: Sequence[Row]) -> str:
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    for row in rows:
+        o = row.outcome
+        p50, p95, p99 = o.ttft_ms
+        cells = [
+            o.scenario, str(o.seed), o.policy, percent(o.attainment),
+            percent(row.attainment_where_feasible), str(len(o.windows)), f"{o.gpu_hours:.2f}",
+            _ms(p50), _ms(p95), _ms(p99), _ms(o.itl_p95_ms), str(o.failed_requests),
+            str(o.replica_changes), str(o.rolling_restarts),
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+@dataclass(frozen=True)
+class Ratios:
+    scenario: str
+    gpu_vs_oracle: float | None
+    attainment_vs_oracle: float | None  # slascaler's minus the oracle's, in points
+    best_baseline: str | None
+    gpu_vs_best: float | None
+    attainment_vs_best: float | None  # slascaler's minus the best baseline's, in points
+
+
+def _policy_means(rows: Sequence[Row], policy: str) -> tuple[float | None, float | None]:
+    chosen = [r.outcome for r in rows if r.policy == policy]
+    return _mean(o.attainment for o in chosen), _mean(o.gpu_hours for o in chosen)
+
+
+def scenario_ratios(rows: Sequence[Row]) -> list[Ratios]:
+    out = []
+    for scenario in dict.fromkeys(r.scenario for r in rows):
+        here = [r for r in rows if r.scenario == scenario]
+        attainment, gpu = _policy_means(here, SLASCALER)
+        oracle_attainment, oracle_gpu = _policy_means(here, ORACLE)
+        baselines = {
+            p: _policy_means(here, p)
+            for p in dict.fromkeys(r.policy for r in here)
+            if p not in COMPETITORS_EXCLUDED
+        }
+        best = max(
+            baselines.items(),
+            key=lambda item: (item[1][0] or 0.0, -(item[1][1] or math.inf)),
+            default=None,
+        )
+        out.append(
+            Ratios(
+                scenario,
+                gpu / oracle_gpu if gpu is not None and oracle_gpu else None,
+                _points(attainment, oracle_attainment),
+                best[0] if best else None,
+                gpu / best[1][1] if best and gpu is not None and best[1][1] else None,
+                _points(attainment, best[1][0]) if best else None,
+            )
+        )
+    return out
+
+
+def _points(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else 100.0 * (a - b)
+
+
+def ratios_table(ratios: Sequence[Ratios]) -> str:
+    lines = [
+        "| scenario | GPU-hours / oracle | attainment − oracle | best baseline | "
+        "GPU-hours / best | attainment − best |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in ratios:
+        lines.append(
+            f"| {r.scenario} | {_ratio(r.gpu_vs_oracle)} | {_signed(r.attainment_vs_oracle)} | "
+            f"{r.best_baseline or 'n/a'} | {_ratio(r.gpu_vs_best)} | "
+            f"{_signed(r.attainment_vs_best)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}×"
+
+
+def _signed(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.1f} pts"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    target: str
+    scenario: str
+    seed: int
+    met: bool
+    detail: str
+
+
+def _dominates(attainment: float, gpu: float, other_attainment: float, other_gpu: float) -> bool:
+    """Target 3: as good on both, or strictly better on one with the other within 2%."""
+    better_or_equal = attainment >= other_attainment and gpu <= other_gpu
+    ahead_on_attainment = attainment > other_attainment and gpu <= other_gpu * (1 + WITHIN)
+    ahead_on_gpus = gpu < other_gpu and attainment >= other_attainment - WITHIN
+    return better_or_equal or ahead_on_attainment or ahead_on_gpus
+
+
+def target_verdicts(rows: Sequence[Row], scenarios: Sequence[Scenario]) -> list[Verdict]:
+    """Targets 1–5 of the control-quality issue, for every scenario and seed."""
+    tags = {s.name: s.tags for s in scenarios}
+    verdicts: list[Verdict] = []
+    for (scenario, seed), group in _groups(rows).items():
+        mine = group.get(SLASCALER)
+        oracle = group.get(ORACLE)
+        if mine is None:
+            continue
+        o = mine.outcome
+        attainment = o.attainment
+        where = mine.attainment_where_feasible
+        if where is not None:
+            verdicts.append(
+                Verdict(
+                    "1 attainment where feasible ≥ 0.99",
+                    scenario,
+                    seed,
+                    where >= 0.99,
+                    f"{where:.3f} of {mine.feasible_windows} windows",
+                )
+            )
+        if oracle is not None and (oracle.outcome.attainment or 0.0) >= 0.9:
+            ratio = o.gpu_hours / oracle.outcome.gpu_hours
+            verdicts.append(
+                Verdict(
+                    "2 GPU-hours ≤ 1.15× oracle", scenario, seed, ratio <= 1.15, f"{ratio:.2f}×"
+                )
+            )
+        if attainment is not None:
+            for policy, other in group.items():
+                if policy in COMPETITORS_EXCLUDED or other.outcome.attainment is None:
+                    continue
+                ok = _dominates(
+                    attainment, o.gpu_hours, other.outcome.attainment, other.outcome.gpu_hours
+                )
+                verdicts.append(
+                    Verdict(
+                        f"3 vs {policy}",
+                        scenario,
+                        seed,
+                        ok,
+                        f"{attainment:.1%} on {o.gpu_hours:.2f} GPU-h vs "
+                        f"{other.outcome.attainment:.1%} on {other.outcome.gpu_hours:.2f}",
+                    )
+                )
+        if attainment is not None and tags.get(scenario, frozenset()) & {
+            "prefill-bound",
+            "long-context",
+        }:
+            best = max(
+                (
+                    r.outcome.attainment or 0.0
+                    for p, r in group.items()
+                    if p not in COMPETITORS_EXCLUDED
+                ),
+                default=0.0,
+            )
+            gap = 100 * (attainment - best)
+            restarts = o.rolling_restarts / (o.duration_s / 3600)
+            verdicts.append(
+                Verdict(
+                    "4 ≥ 40 pts above the best replicas-only policy",
+                    scenario,
+                    seed,
+                    gap >= 40,
+                    f"{gap:+.1f} pts, {restarts:.1f} rolling restarts/h",
+                )
+            )
+        if "partially-infeasible" in tags.get(scenario, frozenset()) and oracle is not None:
+            ratio = o.gpu_hours / oracle.outcome.gpu_hours
+            pinned = o.longest_at_max_s
+            verdicts.append(
+                Verdict(
+                    "5 never pinned at max, GPU-hours ≤ 1.3× oracle",
+                    scenario,
+                    seed,
+                    pinned < 600 and ratio <= 1.3,
+                    f"longest at max {pinned / 60:.0f} min, {ratio:.2f}× oracle",
+                )
+            )
+    return verdicts
+
+
+def _groups(rows: Sequence[Row]) -> dict[tuple[str, int], dict[str, Row]]:
+    groups: dict[tuple[str, int], dict[str, Row]] = {}
+    for row in rows:
+        groups.setdefault((row.scenario, row.outcome.seed), {})[row.policy] = row
+    return groups
+
+
+def verdicts_table(verdicts: Sequence[Verdict]) -> str:
+    lines = ["| target | scenario | seed | met | figure |", "|---|---|---|---|---|"]
+    for v in verdicts:
+        lines.append(
+            f"| {v.target} | {v.scenario} | {v.seed} | {'yes' if v.met else '**no**'} | "
+            f"{v.detail} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def benchmark_document(
+    rows: Sequence[Row], scenarios: Sequence[Scenario], command: str, header: str
+) -> str:
+    verdicts = target_verdicts(rows, scenarios)
+    met = sum(v.met for v in verdicts)
+    parts = [
+        "# Benchmark results\n",
+        f"Generated by `{command}`. {header}\n",
+        "## Ratios per scenario (slascaler, mean over seeds)\n",
+        ratios_table(scenario_ratios(rows)),
+        f"## Targets of the control-quality issue: {met} of {len(verdicts)} met\n",
+        verdicts_table(verdicts),
+        "## Every run\n",
+        markdown_table(rows),
+    ]
+    return "\n".join(parts)

@@ -1,0 +1,41 @@
+"""The benchmark and the demo run the operator's own Reconciler: one control loop.
+
+A simulated run under slascaler goes through the in-memory cluster: the InferenceSLA gets a
+status after every evaluation, every scale is an Event and a Deployment write, and the
+fleet follows the Deployment.
+"""
+
+from __future__ import annotations
+
+from slascaler_sim.cluster import SimCluster
+from slascaler_sim.fleet import EngineSettings
+from slascaler_sim.profiles import PROFILES
+from slascaler_sim.run import DEPLOYMENT, NAMESPACE, OperatorController, simulate
+from slascaler_sim.workload import load_trace, modulated_poisson, step_rate
+
+
+def test_a_simulated_run_writes_the_status_and_posts_events() -> None:
+    requests = modulated_poisson(
+        step_rate(4.0, 16.0, 300.0), 16.0, 900.0, load_trace("conversation"), seed=3
+    )
+    cluster = SimCluster()
+    controller = OperatorController(
+        {
+            "objectives": {"ttft": {"thresholdMs": 500}, "itl": {"thresholdMs": 100}},
+            "replicas": {"min": 1, "max": 16},
+            "window": "1m",
+        }
+    )
+    result = simulate(
+        requests, controller, PROFILES["llama3-8b-a100"], EngineSettings(256, 2048),
+        1, 60.0, 900.0, 500.0, cluster=cluster,
+    )  # fmt: skip
+    status = cluster.get_inference_sla(NAMESPACE, DEPLOYMENT)["status"]
+    assert controller.evaluations == 61  # every 15 s from 0 to 900 s
+    assert status["lastEvaluated"] == "1970-01-01T00:15:00Z"
+    assert status["replicas"] == cluster.get_deployment(NAMESPACE, DEPLOYMENT)["spec"]["replicas"]
+    scale_events = [e for e in cluster.events if e["reason"] in ("ScaleUp", "ScaleDown")]
+    writes = [c for c in cluster.calls if c[0] == "patch_deployment"]
+    assert result.replica_changes >= 2
+    assert len(scale_events) == len(writes) == result.replica_changes
+    assert status["lastAction"]["change"] == scale_events[-1]["message"].split(":")[0]
