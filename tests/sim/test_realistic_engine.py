@@ -11,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from slascaler.engines import vllm_token_buckets
+from slascaler_sim.baselines import StaticController
 from slascaler_sim.engine import Replica, Request
 from slascaler_sim.exposition import HELP, render
 from slascaler_sim.fleet import EngineSettings, Fleet
@@ -18,7 +19,8 @@ from slascaler_sim.kvcache import PrefixCache
 from slascaler_sim.prefixes import SharedPrefixes, assign_shared_prefixes, ideal_hit_share
 from slascaler_sim.profiles import PROFILES, CostProfile, prefill_pairs
 from slascaler_sim.routing import prefix_affinity
-from slascaler_sim.workload import load_trace, modulated_poisson, replay
+from slascaler_sim.run import simulate
+from slascaler_sim.workload import load_trace, modulated_poisson, read_trace, replay
 
 DEMO = PROFILES["source-demo"]  # 0.1 ms per prefill token, 20 ms per decode step
 B = 16  # tokens per block
@@ -76,6 +78,16 @@ def test_a_prompt_at_or_over_max_model_len_is_refused_never_served_and_counted()
     assert totals.counters["vllm:prefix_cache_queries_total"] == 999 + 500
     assert totals.histograms["vllm:time_to_first_token_seconds"].observations == 2
     assert totals.counters["vllm:generation_tokens_total"] == 1 + 5
+
+
+def test_a_run_reports_its_failed_requests() -> None:
+    requests = [Request(i, 0.5 * i, 2000 if i % 3 == 0 else 200, 5) for i in range(30)]
+    result = simulate(
+        requests, StaticController(1), replace(DEMO, max_model_len=1000), EngineSettings(),
+        1, 0.0, 60.0, 500.0,
+    )  # fmt: skip
+    assert result.failed_requests == 10
+    assert len(result.requests) == 20  # the refused never reach the TTFT windows
 
 
 def test_token_buckets_follow_the_profiles_context() -> None:
@@ -279,6 +291,24 @@ def test_a_full_kv_cache_evicts_cached_prefixes_and_stays_consistent() -> None:
     assert replica.kv_used == 0 and cache.free_blocks == cache.cached_blocks
     assert cache.free_blocks * B <= 40_000
     assert all(run.refs == 0 for run in cache.index.values())
+
+
+def test_a_traces_hash_ids_reach_the_prefix_cache(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    trace = tmp_path / "mooncake.jsonl"
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 1500, "output_length": 1, "hash_ids": [1, 2, 3]}\n'
+        '{"timestamp": 1000, "input_length": 1500, "output_length": 1, "hash_ids": [1, 2, 9]}\n'
+    )
+    first, second = replay(read_trace(trace).rows)
+    assert second.block_hashes == (1, 2, 9) and second.hash_block_tokens == 512
+    fleet = Fleet(DEMO, 1)
+    fleet.feed([first, second])
+    fleet.run_until(10.0)
+    # 1500 tokens = 2 full blocks of 512 + 476: the second finds both blocks, prefills 476.
+    assert second.cached_tokens == 1024
+    assert second.first_token_at == pytest.approx(1.0 + 0.0476)
+    copies = replay(read_trace(trace).rows, copies=2, seed=1)
+    assert len({r.block_hashes[0] for r in copies}) == 2  # each copy's prefixes are its own
 
 
 # -- routing ----------------------------------------------------------------------------
