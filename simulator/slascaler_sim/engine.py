@@ -14,12 +14,14 @@ pairs at the profile's rate (`profiles.prefill_pairs`).
 Context limit (`profile.max_model_len`), as vLLM 0.33.0 answers (its `renderers/params.py`,
 `v1/engine/input_processor.py`, `entrypoints/serve/utils/api_utils.get_max_tokens`): a
 prompt of `max_model_len` tokens or more, or a request asking for more output tokens than
-`max_model_len`, is refused with HTTP 400 before it reaches the engine (no engine metric
-counts it; the replica lists it in `refused`); a request whose prompt plus output would
-exceed the context has its `max_tokens` lowered to what is left, so its generation stops
-there (finish reason "length"). A request's `output` is taken as its `max_tokens`. (vLLM
-0.11.0's OpenAI server refused prompt + max_tokens > max_model_len instead, when max_tokens
-was given: `entrypoints/openai/serving_engine._validate_input`.)
+`max_model_len`, is refused with HTTP 400 before it reaches the engine: no `vllm:` metric
+counts it (only the API server's `http_requests_total{status="4xx"}`, from
+prometheus-fastapi-instrumentator, which the simulator does not export); the replica lists
+it in `refused`, the fleet counts it in `failed_requests`. A request whose prompt plus
+output would exceed the context has its `max_tokens` lowered to what is left, so its
+generation stops there (finish reason "length"). A request's `output` is taken as its
+`max_tokens`. (vLLM 0.11.0's OpenAI server refused prompt + max_tokens > max_model_len
+instead, when max_tokens was given: `entrypoints/openai/serving_engine._validate_input`.)
 
 Automatic prefix caching (vLLM v1's default): a request's `block_hashes` name its prompt's
 blocks of `hash_block_tokens` tokens. At its admission the longest cached run of leading
