@@ -34,7 +34,8 @@ Where each number comes from:
   0.14.0/`), i.e. 29.2 ms and 99.8 ms over 32 layers (≈ 603 and 176 TFLOP/s achieved, 61%
   and 56% of the cards' 989 and 312 bf16 TFLOP/s). So one 8192-token prefill in one step
   costs 172 + 29.2 ≈ 201 ms on H100 and 530 + 99.8 ≈ 630 ms on A100 (linear ops
-  extrapolated past 4096 tokens by the last slope). The per-pair model is exact at 8k; at 2k
+  extrapolated past 4096 tokens by the last slope; AIConfigurator's GEMMs and attention
+  alone sum to 181 and 552 ms). The per-pair model is exact at 8k; at 2k
   it is ~1 ms (H100) / ~2.5 ms (A100) below the same tables, where kernel overheads weigh
   more (negligible beside the 40 / 146 ms of linear ops there).
 - Decode attention: each KV token of Llama-3-8B is 2 (K, V) × 32 layers × 8 KV heads × 128
@@ -45,6 +46,9 @@ Where each number comes from:
 - KV capacity: 80 GB cards, ~16 GB of weights, ~90% memory utilisation → ~55 GB of KV cache
   → ~420k tokens at 128 KiB/token (a rough figure; vLLM reports the real one at start-up).
 - `source-demo`: the source material's 0.1 ms per prefill token and 20 ms per decode step.
+- No H200 profile yet: it is to come from forward passes measured on an H200, and the task
+  that added prefill attention had no GPU to measure on. (AIConfigurator's H200 table gives
+  0.938 ms per layer for the same 8k attention, `h200_sxm/attention/vllm/0.24.0/`.)
 
 Read by `sim.engine` (step times, context limit) and `sim.fleet` (metric buckets).
 """
