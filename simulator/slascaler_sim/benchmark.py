@@ -37,6 +37,7 @@ from slascaler_sim.baselines import (
 )
 from slascaler_sim.engine import Request
 from slascaler_sim.fleet import EngineSettings, Fleet
+from slascaler_sim.prefixes import assign_shared_prefixes
 from slascaler_sim.profiles import PROFILES
 from slascaler_sim.run import Controller, OperatorController, RunResult, simulate
 from slascaler_sim.suite import Scenario
@@ -179,7 +180,7 @@ def summarise(
         gpu_hours=result.gpu_hours,
         ttft_ms=result.ttft_percentiles(),
         itl_p95_ms=result.itl_p95_ms,
-        failed_requests=getattr(result, "failed_requests", 0),
+        failed_requests=result.failed_requests,
         replica_changes=result.replica_changes,
         rolling_restarts=result.rolling_restarts,
         longest_at_max_s=longest,
@@ -308,10 +309,13 @@ def rows(outcomes: Sequence[Outcome]) -> list[Row]:
     return judged
 
 
-def simulator_speed(replicas: int = 8) -> tuple[int, float, float]:
-    """(requests, CPU seconds, virtual/CPU ratio) for one hour of the conversation trace."""
-    requests = replay(load_trace("conversation"))
-    fleet = Fleet(PROFILES["llama3-8b-h100"], replicas, EngineSettings(256, 8192))
+def simulator_speed(
+    replicas: int = 8, router: str = "least-outstanding"
+) -> tuple[int, float, float]:
+    """(requests, CPU seconds, virtual/CPU ratio) for one hour of the conversation trace, its
+    prompts sharing prefixes (`prefixes.SharedPrefixes()`, so prefix caching is at work)."""
+    requests = assign_shared_prefixes(replay(load_trace("conversation")), seed=1)
+    fleet = Fleet(PROFILES["llama3-8b-h100"], replicas, EngineSettings(256, 8192), router=router)
     fleet.feed(requests)
     span = requests[-1].arrival
     started = time.process_time()

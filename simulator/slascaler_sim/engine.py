@@ -7,12 +7,35 @@ left of the budget); then waiting requests are admitted while budget remains, fe
 When a decode finds the KV cache full, the most recently admitted request is preempted
 (recompute: it goes back to the front of the queue and must prefill prompt + generated again).
 
+A prefill chunk pays the attention of its tokens over everything already in the KV cache
+(earlier chunks and cached prefix blocks): t new tokens after k cost t·(k + t/2) query-key
+pairs at the profile's rate (`profiles.prefill_pairs`).
+
+Context limit (`profile.max_model_len`), as vLLM 0.33.0 answers (its `renderers/params.py`,
+`v1/engine/input_processor.py`, `entrypoints/serve/utils/api_utils.get_max_tokens`): a
+prompt of `max_model_len` tokens or more, or a request asking for more output tokens than
+`max_model_len`, is refused with HTTP 400 before it reaches the engine: no `vllm:` metric
+counts it (only the API server's `http_requests_total{status="4xx"}`, from
+prometheus-fastapi-instrumentator, which the simulator does not export); the replica lists
+it in `refused`, the fleet counts it in `failed_requests`. A request whose prompt plus
+output would exceed the context has its `max_tokens` lowered to what is left, so its
+generation stops there (finish reason "length"). A request's `output` is taken as its
+`max_tokens`. (vLLM 0.11.0's OpenAI server refused prompt + max_tokens > max_model_len
+instead, when max_tokens was given: `entrypoints/openai/serving_engine._validate_input`.)
+
+Automatic prefix caching (vLLM v1's default): a request's `block_hashes` name its prompt's
+blocks of `hash_block_tokens` tokens. At its admission the longest cached run of leading
+blocks (at most `prompt - 1` tokens, whole blocks) is a hit: those tokens skip prefill and
+their blocks are shared, counted once in the KV cache. Each full prompt block is cached when
+its prefill completes; blocks no running request uses stay cached as free space and are
+evicted least recently freed first (`sim.kvcache`). Requests without hashes share nothing.
+
 Skip-ahead: while a step carries only decodes and nothing can be admitted, the batch is
 unchanged until the next completion, so k identical steps are taken at once (their duration
 computed at the mean KV length over the k steps); an arrival cuts such a run short at the
 next step boundary, because it may be admissible.
 
-Driven by `sim.fleet`; records into a `MetricRecorder`.
+Driven by `sim.fleet`; records into a `MetricRecorder` (metric semantics in `sim.recorder`).
 """
 
 from __future__ import annotations
@@ -23,8 +46,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from slascaler.model.observation import ForwardPass
-from slascaler_sim.profiles import CostProfile
+from slascaler_sim.kvcache import PrefixCache
+from slascaler_sim.profiles import CostProfile, prefill_pairs
 from slascaler_sim.recorder import MetricRecorder
+
+DEFAULT_BLOCK_TOKENS = 16  # vLLM's default --block-size (`CacheConfig.DEFAULT_BLOCK_SIZE`)
 
 
 @dataclass(slots=True, eq=False)
@@ -34,12 +60,20 @@ class Request:
     id: int
     arrival: float  # at the router (what the client sees)
     prompt: int
-    output: int
+    output: int  # tokens to generate (its max_tokens); lowered to what the context leaves
+    # Hashes of the prompt's blocks of `hash_block_tokens` tokens, in order; equal hashes mean
+    # equal prefixes (vLLM chains each block's hash to its parent's). A trace's `hash_ids`
+    # cover 512 tokens each (Mooncake's traces); vLLM's own blocks are 16 tokens.
+    block_hashes: tuple[int, ...] = ()
+    hash_block_tokens: int = DEFAULT_BLOCK_TOKENS
     engine_arrival: float = math.nan  # at the replica
     prefill_target: int = 0  # tokens to prefill: prompt, or prompt + generated after preemption
-    prefilled: int = 0
+    prefilled: int = 0  # includes the tokens found in the prefix cache
     generated: int = 0
-    kv: int = 0
+    kv: int = 0  # KV tokens of its context (in `held` cached blocks or its own)
+    held: int = 0  # leading prompt blocks it holds in the prefix cache (shared with others)
+    cached_tokens: int = 0  # prompt tokens found in the prefix cache at first admission
+    refused: str | None = None  # vLLM's error message, for a request refused (HTTP 400)
     scheduled_at: float | None = None
     first_token_at: float | None = None
     last_token_at: float | None = None
@@ -49,6 +83,24 @@ class Request:
     @property
     def decoding(self) -> bool:
         return self.prefilled >= self.prefill_target
+
+
+def context_refusal(prompt: int, max_tokens: int, max_model_len: int) -> str | None:
+    """vLLM 0.33.0's error for a request that its context limit refuses, None if accepted."""
+    if prompt > max_model_len:
+        return (
+            f"This model's maximum context length is {max_model_len} tokens. However, your "
+            f"prompt contains {prompt} input tokens, which exceeds this limit even without "
+            "any output tokens."
+        )
+    if prompt == max_model_len:
+        return (
+            f"The decoder prompt (length {prompt}) plus the number of requested output tokens "
+            f"(at least 1) is longer than the maximum model length of {max_model_len}."
+        )
+    if max_tokens > max_model_len:
+        return f"max_tokens={max_tokens} cannot be greater than max_model_len={max_model_len}."
+    return None
 
 
 class Phase(Enum):
@@ -84,11 +136,16 @@ class Replica:
     phase: Phase = Phase.STARTING
     waiting: deque[Request] = field(default_factory=deque)
     running: list[Request] = field(default_factory=list)
-    kv_used: int = 0
-    recorder: MetricRecorder = field(default_factory=MetricRecorder)
+    kv_used: int = 0  # KV tokens in use by running requests (shared cache blocks once)
+    recorder: MetricRecorder = field(init=False)
     finished: list[Request] = field(default_factory=list)
+    refused: list[Request] = field(default_factory=list)  # refused at submission, never served
     step: _Step | None = None
     last_step: _Step | None = None  # the latest completed iteration (for `forward_pass`)
+    cache: PrefixCache | None = None  # made at the first request with block hashes
+
+    def __post_init__(self) -> None:
+        self.recorder = MetricRecorder(self.profile.max_model_len)
 
     @property
     def outstanding(self) -> int:
@@ -110,7 +167,16 @@ class Replica:
 
     def submit(self, request: Request, now: float) -> None:
         request.engine_arrival = now
+        limit = self.profile.max_model_len
+        refusal = context_refusal(request.prompt, request.output, limit)
+        if refusal is not None:
+            request.refused = refusal
+            self.refused.append(request)
+            return
+        request.output = min(request.output, limit - request.prompt)
         request.prefill_target = request.prompt
+        if request.block_hashes and self.cache is None:
+            self.cache = PrefixCache(request.hash_block_tokens)
         self.waiting.append(request)
         if self.step is None:
             self._plan(now)
@@ -147,21 +213,54 @@ class Replica:
         if self.step is None and not self.outstanding:
             self.phase = Phase.STOPPED
 
+    def cached_prefix_tokens(self, request: Request) -> int:
+        """Prompt tokens of `request` this replica would find in its prefix cache now."""
+        blocks, _ = self._lookup(request)
+        return blocks * request.hash_block_tokens
+
     # -- scheduling -------------------------------------------------------------------
 
     def _update_gauges(self, now: float) -> None:
         self.recorder.set_gauges(now, len(self.waiting), len(self.running))
+        self.recorder.kv_cache_usage = self.kv_used / self.profile.kv_capacity_tokens
+
+    def _lookup(self, request: Request) -> tuple[int, int]:
+        """(leading prompt blocks cached, tokens of those no request uses now): whole blocks,
+        at most all tokens to prefill but one (vLLM computes the last token for its logits)."""
+        cache = self.cache
+        if cache is None or not request.block_hashes:
+            return 0, 0
+        size = request.hash_block_tokens
+        if size != cache.block_tokens:
+            return 0, 0
+        tokens = max(request.prefill_target, request.prompt)  # prompt + generated if preempted
+        limit = min(request.prompt // size, (tokens - 1) // size)
+        return cache.match(request.block_hashes, limit)
+
+    def _release(self, request: Request) -> None:
+        """Free what a request holds: its own KV and its references to cached blocks."""
+        freed = request.kv
+        if request.held:
+            cache = self.cache
+            assert cache is not None
+            freed += cache.release(request.block_hashes, request.held)
+            freed -= request.held * cache.block_tokens
+            request.held = 0
+        self.kv_used -= freed
+        request.kv = 0
 
     def _preempt_for(self, tokens_needed: int) -> None:
-        while self.running and self.kv_used + tokens_needed > self.profile.kv_capacity_tokens:
+        capacity = self.profile.kv_capacity_tokens
+        while self.running and self.kv_used + tokens_needed > capacity:
             victim = self.running.pop()
-            self.kv_used -= victim.kv
-            victim.kv = 0
+            self._release(victim)
             victim.prefilled = 0
             victim.prefill_target = victim.prompt + max(0, victim.generated)
             victim.preemptions += 1
             self.recorder.counters["vllm:num_preemptions_total"] += 1
             self.waiting.appendleft(victim)
+            if self.cache is not None:
+                self.cache.evict_to(capacity - self.kv_used)
 
     def _plan(self, now: float) -> None:
         if self.phase in (Phase.STARTING, Phase.STOPPED):
@@ -171,6 +270,7 @@ class Replica:
         self._preempt_for(decoding)
         chunks: list[tuple[Request, int]] = []
         decodes: list[Request] = []
+        pairs = 0.0
         for request in self.running:
             if budget <= 0:
                 break
@@ -180,20 +280,33 @@ class Replica:
             else:
                 tokens = min(request.prefill_target - request.prefilled, budget)
                 chunks.append((request, tokens))
+                pairs += prefill_pairs(tokens, request.prefilled)
                 budget -= tokens
         kv_free = self.profile.kv_capacity_tokens - self.kv_used - len(decodes)
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             request = self.waiting[0]
-            tokens = min(request.prefill_target - request.prefilled, budget)
-            if tokens > kv_free:
+            hit_blocks, reclaimed = self._lookup(request)
+            hit = hit_blocks * request.hash_block_tokens
+            tokens = min(request.prefill_target - hit, budget)
+            if tokens + reclaimed > kv_free:
                 break
             self.waiting.popleft()
             if request.scheduled_at is None:
                 request.scheduled_at = now
+                request.cached_tokens = hit
+                counters = self.recorder.counters
+                counters["vllm:prefix_cache_queries_total"] += request.prompt
+                counters["vllm:prefix_cache_hits_total"] += hit
+            if hit_blocks:
+                assert self.cache is not None
+                self.kv_used += self.cache.acquire(request.block_hashes, hit_blocks)
+                request.held = hit_blocks
+                request.prefilled = request.kv = hit
             self.running.append(request)
             chunks.append((request, tokens))
+            pairs += prefill_pairs(tokens, hit)
             budget -= tokens
-            kv_free -= tokens
+            kv_free -= tokens + reclaimed
         if not chunks and not decodes:
             self.step = None
             self._update_gauges(now)
@@ -209,7 +322,7 @@ class Replica:
             room = (self.profile.kv_capacity_tokens - self.kv_used) // max(1, len(decodes))
             repeats = max(1, min(remaining, room))
             kv_read += len(decodes) * (repeats - 1) // 2
-        duration = self.profile.step_ms(prefill_tokens, len(decodes), kv_read) / 1000.0
+        duration = self.profile.step_ms(prefill_tokens, len(decodes), kv_read, pairs) / 1000.0
         self.step = _Step(now, duration, repeats, chunks, decodes, kv_read)
         self._update_gauges(now)
 
@@ -234,7 +347,8 @@ class Replica:
             request.prefilled += tokens
             request.kv += tokens
             self.kv_used += tokens
-            record.counters["vllm:prompt_tokens_total"] += tokens
+            if request.block_hashes and self.cache is not None:
+                self._cache_blocks(request)
             if request.decoding:
                 self._emit_token_after_prefill(request, end)
         done = [r for r in self.running if r.generated >= r.output]
@@ -242,6 +356,21 @@ class Replica:
             self.running = [r for r in self.running if r.generated < r.output]
             for request in done:
                 self._complete(request, end)
+        if self.cache is not None:
+            self.cache.evict_to(self.profile.kv_capacity_tokens - self.kv_used)
+
+    def _cache_blocks(self, request: Request) -> None:
+        """Cache the prompt blocks the request has filled and not cached yet (those another
+        request cached meanwhile are shared instead)."""
+        cache = self.cache
+        assert cache is not None
+        size = request.hash_block_tokens
+        if size != cache.block_tokens:
+            return
+        full = min(len(request.block_hashes), request.prompt // size, request.prefilled // size)
+        if request.held < full:
+            request.held, change = cache.extend(request.block_hashes, request.held, full)
+            self.kv_used += change
 
     def _emit_token_after_prefill(self, request: Request, now: float) -> None:
         record = self.recorder
@@ -256,6 +385,8 @@ class Replica:
                 "vllm:request_queue_time_seconds", request.scheduled_at - request.engine_arrival
             )
             record.observe("vllm:request_prefill_time_seconds", now - request.scheduled_at)
+            record.counters["vllm:prompt_tokens_total"] += request.prompt
+            record.counters["vllm:prompt_tokens_cached_total"] += request.cached_tokens
         elif request.last_token_at is not None:
             record.observe("vllm:inter_token_latency_seconds", now - request.last_token_at)
         request.generated += 1
@@ -266,14 +397,17 @@ class Replica:
 
     def _complete(self, request: Request, now: float) -> None:
         """Account a request that left the running batch (the caller removed it)."""
-        self.kv_used -= request.kv
-        request.kv = 0
+        self._release(request)
         request.done_at = now
         record = self.recorder
         assert request.first_token_at is not None
         record.observe("vllm:e2e_request_latency_seconds", now - request.engine_arrival)
         record.observe("vllm:request_decode_time_seconds", now - request.first_token_at)
         record.observe("vllm:request_prompt_tokens", float(request.prompt))
+        record.observe(
+            "vllm:request_prefill_kv_computed_tokens",
+            float(request.prompt - request.cached_tokens),
+        )
         record.observe("vllm:request_generation_tokens", float(request.output))
         record.counters["vllm:request_success_total"] += 1
         self.finished.append(request)

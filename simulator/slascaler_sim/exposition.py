@@ -5,7 +5,7 @@ vLLM's metric names, its `model_name` and `engine` labels, and a `pod` label; la
 are escaped as the format requires. `RealtimeFleet` advances a `Fleet` with the wall clock
 in a background thread and serves every replica's metrics at `/metrics` (all pods, with a
 `pod` label) and `/metrics/<pod>` (one pod, with vLLM's labels only) on 127.0.0.1. Used by
-the integration and e2e tests.
+the integration and e2e tests. HELP texts are vLLM 0.33.0's (`vllm/v1/metrics/loggers.py`).
 """
 
 from __future__ import annotations
@@ -28,13 +28,31 @@ HELP = {
     "vllm:inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
     "vllm:request_prompt_tokens": "Number of prefill tokens processed.",
     "vllm:request_generation_tokens": "Number of generation tokens processed.",
+    "vllm:request_prefill_kv_computed_tokens": (
+        "Histogram of new KV tokens computed during prefill (excluding cached tokens)."
+    ),
     "vllm:request_success_total": "Count of successfully processed requests.",
     "vllm:prompt_tokens_total": "Number of prefill tokens processed.",
+    "vllm:prompt_tokens_cached_total": "Number of cached prompt tokens (local + external).",
     "vllm:generation_tokens_total": "Number of generation tokens processed.",
     "vllm:num_preemptions_total": "Cumulative number of preemption from the engine.",
+    "vllm:prefix_cache_queries_total": (
+        "Prefix cache queries, in terms of number of queried tokens."
+    ),
+    "vllm:prefix_cache_hits_total": "Prefix cache hits, in terms of number of cached tokens.",
     "vllm:num_requests_waiting": "Number of requests waiting to be processed.",
     "vllm:num_requests_running": "Number of requests in model execution batches.",
+    "vllm:kv_cache_usage_perc": "KV-cache usage. 1 means 100 percent usage.",
 }
+GAUGES = ("vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc")
+
+
+def _gauge(recorder: MetricRecorder, name: str) -> float:
+    if name == "vllm:num_requests_waiting":
+        return recorder.waiting
+    if name == "vllm:num_requests_running":
+        return recorder.running
+    return recorder.kv_cache_usage
 
 
 def escape_label(value: str) -> str:
@@ -77,11 +95,10 @@ def render(pods: Sequence[tuple[MetricRecorder, Mapping[str, str]]]) -> str:
         lines += [f"# HELP {name} {HELP[name]}", f"# TYPE {name} counter"]
         for recorder, labels in pods:
             lines.append(f"{name}{_labels(labels)} {_number(recorder.counters[name])}")
-    for name in ("vllm:num_requests_waiting", "vllm:num_requests_running"):
+    for name in GAUGES:
         lines += [f"# HELP {name} {HELP[name]}", f"# TYPE {name} gauge"]
         for recorder, labels in pods:
-            value = recorder.waiting if name.endswith("waiting") else recorder.running
-            lines.append(f"{name}{_labels(labels)} {_number(value)}")
+            lines.append(f"{name}{_labels(labels)} {_number(_gauge(recorder, name))}")
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,10 @@
 """A fleet of simulated replicas behind a router, with the lifecycle a Deployment gives them.
 
-- Router: least outstanding requests (default) or round robin, over READY replicas only;
-  with none ready, requests wait at the router (their client-side TTFT includes that wait).
+- Router (`sim.routing`): least outstanding requests (default), prefix affinity (the replica
+  caching the longest prefix of the request, within a load bound) or round robin, over READY
+  replicas only; with none ready, requests wait at the router (their client-side TTFT
+  includes that wait). Requests a replica refuses (over the context limit) are kept in
+  `refused`; `failed_requests` counts them.
 - Scaling: new replicas load the model for `startup_s` before they are ready; removed ones
   drain (finish their requests, take no new ones). Starting replicas are removed first.
 - Knob changes are a rolling update honouring the Deployment's maxSurge and maxUnavailable
@@ -36,6 +39,9 @@ from slascaler.policy.state import (
 from slascaler_sim.engine import Phase, Replica, Request
 from slascaler_sim.profiles import CostProfile
 from slascaler_sim.recorder import MetricRecorder
+from slascaler_sim.routing import least_outstanding, prefix_affinity
+
+ROUTERS = ("least-outstanding", "prefix-affinity", "round-robin")
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,7 @@ class Fleet:
         max_surge: int | str = DEFAULT_MAX_SURGE,
         max_unavailable: int | str = DEFAULT_MAX_UNAVAILABLE,
     ) -> None:
-        if router not in ("least-outstanding", "round-robin"):
+        if router not in ROUTERS:
             raise ValueError(f"unknown router {router!r}")
         self.profile = profile
         self.settings = settings
@@ -68,9 +74,11 @@ class Fleet:
         self.router = router
         self.now = start
         self.replicas: list[Replica] = []
-        self.retired = MetricRecorder()  # metrics of stopped replicas, so totals never drop
+        # Metrics of stopped replicas, so totals never drop.
+        self.retired = MetricRecorder(profile.max_model_len)
         self.backlog: deque[Request] = deque()  # waiting at the router: no replica ready
         self.finished: list[Request] = []
+        self.refused: list[Request] = []  # refused by a replica (HTTP 400), never served
         self._names = itertools.count()
         self._round_robin = 0
         self._arrivals: Iterator[Request] = iter(())
@@ -135,6 +143,11 @@ class Fleet:
             self._start_replica(ready_now=False)
 
     @property
+    def failed_requests(self) -> int:
+        """Requests refused by the engines (prompt over the context limit)."""
+        return len(self.refused)
+
+    @property
     def ready_replicas(self) -> int:
         return sum(1 for r in self.replicas if r.phase is Phase.READY)
 
@@ -163,7 +176,7 @@ class Fleet:
     def observation(self, window_s: float) -> Observation:
         """Increases over the last `window_s` seconds, as the Prometheus source reports them."""
         current = self.totals()
-        start_time, earlier = self.now, MetricRecorder()
+        start_time, earlier = self.now, MetricRecorder(self.profile.max_model_len)
         for time, recorded, _ in self._snapshots:
             if time <= self.now - window_s + 1e-9:
                 start_time, earlier = time, recorded
@@ -236,9 +249,14 @@ class Fleet:
         if self.router == "round-robin":
             target = ready[self._round_robin % len(ready)]
             self._round_robin += 1
+        elif self.router == "prefix-affinity":
+            target = prefix_affinity(ready, request)
         else:
-            target = min(ready, key=lambda r: r.outstanding)
+            target = least_outstanding(ready)
         target.submit(request, self.now)
+        if target.refused:
+            self.refused.extend(target.refused)
+            target.refused.clear()
 
     def _on_ready(self) -> None:
         """A replica became ready: it takes the router's backlog, and a rollout may go on."""

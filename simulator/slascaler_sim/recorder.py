@@ -1,9 +1,19 @@
 """vLLM's metrics for one simulated replica: the same names, labels and histogram buckets.
 
-A `MetricRecorder` keeps each histogram as per-bucket counts (seconds, vLLM v1 buckets), the
+A `MetricRecorder` keeps each histogram as per-bucket counts (seconds, vLLM v1 buckets; token
+counts in vLLM's 1-2-5 buckets up to the profile's `max_model_len`, as vLLM builds them), the
 counters, and the gauges with their time integrals (so window averages are exact). The fleet
 sums recorders into an `Observation` in virtual time; the real-time server renders them as
 Prometheus text exposition for a real Prometheus to scrape.
+
+Prefix-cache metrics follow vLLM 0.33.0 (`vllm/v1/metrics/loggers.py`, `stats.py`):
+`prefix_cache_queries_total` / `prefix_cache_hits_total` count tokens looked up and found at
+a request's first admission (not at re-admissions after a preemption);
+`prompt_tokens_total` counts every prompt token, cached or computed, once per request when
+its first token comes out, and `prompt_tokens_cached_total` the cached ones among them;
+`request_prompt_tokens` observes the full prompt and `request_prefill_kv_computed_tokens`
+the prompt less its cached tokens, when the request finishes; `kv_cache_usage_perc` is the
+share of KV blocks in use (cached blocks no request uses count as free).
 
 Written by `sim.engine`; read by `sim.fleet` and the metrics server.
 """
@@ -12,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Final
 
 from slascaler.engines import (
@@ -22,8 +33,20 @@ from slascaler.engines import (
 )
 from slascaler.model.histogram import Histogram
 
-MAX_MODEL_LEN: Final = 32768
-TOKEN_BUCKETS: Final = tuple(float(b) for b in vllm_token_buckets(MAX_MODEL_LEN))
+MAX_MODEL_LEN: Final = 32768  # default context limit, where no profile gives one
+
+
+@cache
+def token_buckets(max_model_len: int) -> tuple[float, ...]:
+    return tuple(float(b) for b in vllm_token_buckets(max_model_len))
+
+
+TOKEN_BUCKETS: Final = token_buckets(MAX_MODEL_LEN)
+TOKEN_HISTOGRAMS: Final = (
+    "vllm:request_prompt_tokens",
+    "vllm:request_generation_tokens",
+    "vllm:request_prefill_kv_computed_tokens",
+)
 
 HISTOGRAMS: Final[dict[str, tuple[float, ...]]] = {
     "vllm:time_to_first_token_seconds": VLLM_TTFT_BUCKETS_S,
@@ -32,9 +55,17 @@ HISTOGRAMS: Final[dict[str, tuple[float, ...]]] = {
     "vllm:request_decode_time_seconds": VLLM_REQUEST_LATENCY_BUCKETS_S,
     "vllm:e2e_request_latency_seconds": VLLM_REQUEST_LATENCY_BUCKETS_S,
     "vllm:inter_token_latency_seconds": VLLM_ITL_BUCKETS_S,
-    "vllm:request_prompt_tokens": TOKEN_BUCKETS,
-    "vllm:request_generation_tokens": TOKEN_BUCKETS,
+    **{name: TOKEN_BUCKETS for name in TOKEN_HISTOGRAMS},
 }
+COUNTERS: Final = (
+    "vllm:request_success_total",
+    "vllm:prompt_tokens_total",
+    "vllm:prompt_tokens_cached_total",
+    "vllm:generation_tokens_total",
+    "vllm:num_preemptions_total",
+    "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total",
+)
 
 
 @dataclass
@@ -88,25 +119,27 @@ class HistogramCounts:
 
 @dataclass
 class MetricRecorder:
-    """All of one replica's metrics (or a sum of several)."""
+    """All of one replica's metrics (or a sum of several); token histograms bucketed up to
+    `max_model_len`, as the engine's own."""
 
-    histograms: dict[str, HistogramCounts] = field(
-        default_factory=lambda: {name: HistogramCounts(b) for name, b in HISTOGRAMS.items()}
-    )
-    counters: dict[str, float] = field(
-        default_factory=lambda: {
-            "vllm:request_success_total": 0.0,
-            "vllm:prompt_tokens_total": 0.0,
-            "vllm:generation_tokens_total": 0.0,
-            "vllm:num_preemptions_total": 0.0,
-        }
-    )
+    max_model_len: int = MAX_MODEL_LEN
+    histograms: dict[str, HistogramCounts] = field(default_factory=dict)
+    counters: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0.0))
     # Gauges: current value, and ∫ value dt up to `gauge_time`.
     waiting: float = 0.0
     running: float = 0.0
     waiting_integral: float = 0.0
     running_integral: float = 0.0
     gauge_time: float = 0.0
+    kv_cache_usage: float = 0.0  # current value only (a share, 0–1)
+
+    def __post_init__(self) -> None:
+        if not self.histograms:
+            tokens = token_buckets(self.max_model_len)
+            self.histograms = {
+                name: HistogramCounts(tokens if name in TOKEN_HISTOGRAMS else bounds)
+                for name, bounds in HISTOGRAMS.items()
+            }
 
     def advance_gauges(self, now: float) -> None:
         if now > self.gauge_time:
@@ -132,10 +165,12 @@ class MetricRecorder:
 
     def copy(self) -> MetricRecorder:
         clone = MetricRecorder(
+            max_model_len=self.max_model_len,
             histograms={n: h.copy() for n, h in self.histograms.items()},
             counters=dict(self.counters),
         )
         clone.waiting, clone.running = self.waiting, self.running
+        clone.kv_cache_usage = self.kv_cache_usage
         clone.waiting_integral, clone.running_integral = (
             self.waiting_integral,
             self.running_integral,

@@ -126,6 +126,7 @@ class RunResult:
     percentile: float
     skip_s: float  # windows before this (the first start-up) are not judged
     frontend_ms: float
+    failed_requests: int = 0  # refused by the engines (over the context limit), never served
 
     def client_ttft_ms(self) -> np.ndarray:
         """Arrival at the router to first token (+ frontend), inf for never served."""
@@ -249,6 +250,7 @@ def simulate(
         percentile=percentile,
         skip_s=startup_s,
         frontend_ms=profile.frontend_ms,
+        failed_requests=fleet.failed_requests,
     )
 
 

@@ -207,7 +207,7 @@ def default_scenarios(minutes: float | None = None) -> list[Scenario]:
             "long context",
             poisson(lambda t: 0.6, 0.6, long_context, hour),
             hour,
-            profile=h100,
+            profile=PROFILES["llama3.1-8b-h100"],  # Llama-3-8B's 8k context refuses these
             threshold_ms=3000.0,
             itl_ms=100.0,
             max_replicas=16,

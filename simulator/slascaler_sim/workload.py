@@ -250,8 +250,14 @@ def replay(
 
 
 def _request(index: int, at: float, row: TraceRow, copy: int, block_tokens: int) -> Request:
-    del copy, block_tokens  # block hashes reach the engine with its prefix cache
-    return Request(index, at, row.prompt, row.output)
+    hashes = row.block_hashes
+    if copy and hashes:
+        # Another copy's users share prefixes among themselves, not with copy 0's: hashing
+        # (copy, hash) keeps equal hashes equal within the copy, so chains stay chains.
+        hashes = tuple(hash((copy, block)) for block in hashes)
+    return Request(
+        index, at, row.prompt, row.output, block_hashes=hashes, hash_block_tokens=block_tokens
+    )
 
 
 def modulated_poisson(
