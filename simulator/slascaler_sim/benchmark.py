@@ -107,9 +107,7 @@ def _static_peak(scenario: Scenario, plan: Plan) -> tuple[Controller, int, Engin
     return StaticController(plan.peak), plan.peak, scenario.settings
 
 
-def _static_hindsight(
-    scenario: Scenario, plan: Plan
-) -> tuple[Controller, int, EngineSettings]:
+def _static_hindsight(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineSettings]:
     best = plan.hindsight
     controller = StaticController(best.replicas, name=STATIC_HINDSIGHT, settings=best.settings)
     return controller, best.replicas, best.settings

@@ -114,12 +114,13 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     return chosen
 
 
-def _bench(args: argparse.Namespace, out: TextIO, err: TextIO = sys.stderr) -> int:
+def _bench(args: argparse.Namespace, out: TextIO, err: TextIO | None = None) -> int:
     from slascaler_sim.benchmark import POLICIES, rows, run_matrix, seeds_for, simulator_speed
     from slascaler_sim.report import benchmark_document, markdown_table, write_csv
     from slascaler_sim.suite import default_scenarios, trace_scenario
     from slascaler_sim.workload import TraceError, read_trace
 
+    err = err or sys.stderr
     if args.speed:
         count, cpu, ratio = simulator_speed()
         out.write(
@@ -170,8 +171,7 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO = sys.stderr) -> i
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         print(
-            f"slascaler bench: unknown policy {unknown[0]!r}; choose from "
-            f"{', '.join(POLICIES)}",
+            f"slascaler bench: unknown policy {unknown[0]!r}; choose from {', '.join(POLICIES)}",
             file=err,
         )
         return EXIT_BAD_INPUT

@@ -15,6 +15,7 @@ shape, traces are cut):
 | capacity-limited | more load than the GPUs can hold |
 | long context | heavy-tailed prompts up to 96k tokens (128k context), TTFT objective 3 s |
 | traces superposed (3 h) | three hours of the bundled traces mixed in changing proportions |
+| shared prefixes | 4× the conversation rate, 32 shared system prompts, prefix-affinity routing |
 
 `trace_scenario` makes a scenario of a user's trace with the SLA, profile and limits given
 on the command line. A scenario's `tags` say which targets of the control-quality issue
@@ -33,6 +34,7 @@ import numpy as np
 from slascaler.spec import SLASpec, parse_spec
 from slascaler_sim.engine import Request
 from slascaler_sim.fleet import EngineSettings
+from slascaler_sim.prefixes import SharedPrefixes, assign_shared_prefixes
 from slascaler_sim.profiles import PROFILES, CostProfile
 from slascaler_sim.workload import (
     Trace,
@@ -218,4 +220,15 @@ def default_scenarios(minutes: float | None = None) -> list[Scenario]:
             tags=frozenset({"long-context", "prefill-bound"}),
         ),
         Scenario("traces superposed (3 h)", superposed, three_hours),
+        Scenario(
+            "shared prefixes",
+            lambda seed: assign_shared_prefixes(
+                modulated_poisson(lambda t: 4 * base, 4 * base, hour, conversation, seed),
+                SharedPrefixes(),
+                seed,
+            ),
+            hour,
+            router="prefix-affinity",
+            tags=frozenset({"shared-prefix"}),
+        ),
     ]
