@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from slascaler.engines import (
@@ -30,8 +31,16 @@ def observation_from_samples(
     waiting: float = 0.0,
     running: float = 8.0,
     pods: int = 2,
+    tokens_per_request: float | None = None,
+    waiting_now: float | None = None,
 ) -> Observation:
-    """An Observation as vLLM would export it for these requests (vLLM's buckets)."""
+    """An Observation as vLLM would export it for these requests (vLLM's buckets).
+
+    With `tokens_per_request`, the token counters say each request brought that many
+    tokens of work (computed prompt + generated), so that the policy can size in tokens.
+    """
+    rate = len(samples) / window_s
+    tokens = math.nan if tokens_per_request is None else rate * tokens_per_request
     return Observation(
         observed_at=at,
         window_s=window_s,
@@ -43,10 +52,13 @@ def observation_from_samples(
         ),
         itl=Histogram.from_values(itl_ms, ITL_MS),
         prompt_tokens=Histogram.from_values(prompt_tokens, vllm_token_buckets(32768)),
-        request_rate=len(samples) / window_s,
+        request_rate=rate,
         waiting=waiting,
         running=running,
         reporting_pods=pods,
+        waiting_now=waiting if waiting_now is None else waiting_now,
+        prompt_token_rate=tokens * 0.85,
+        generation_token_rate=tokens * 0.15,
     )
 
 

@@ -42,7 +42,7 @@ from slascaler.kube.api import Json, KubeAPI, kube_time
 from slascaler.kube.errors import KubeError, Unreachable
 from slascaler.kube.fleet import ContainerMissing, FleetView, TargetMissing, read_fleet
 from slascaler.metrics.source import MetricSource
-from slascaler.policy import Change, Condition, Decision, PolicyState, Tunables, decide
+from slascaler.policy import Change, Condition, Decision, PolicyState, Reason, Tunables, decide
 from slascaler.policy.decide import DEFAULT_TUNABLES
 from slascaler.policy.decision import Status
 from slascaler.spec import Mode, SLASpec, SpecError, parse_spec
@@ -79,7 +79,7 @@ class _Outcome:
 
     acted: tuple[Change, ...] = ()
     last_action: Any = None
-    hold: tuple[str, str, bool] | None = None  # (reason code, reason, failed)
+    hold: tuple[Reason, str, bool] | None = None  # (reason code, reason, failed)
     pending: PendingAction | None = None  # announced, outcome unknown: settled next time
     written: Json | None = None  # the Deployment as the API server wrote it
 
@@ -206,7 +206,7 @@ class Reconciler:
             + sum(c.new - (c.old or 0) for c in outcome.acted if c.knob == "replicas"),
             "readyReplicas": _ready(written, view),
             "engineFlags": engine_flags(view.state, outcome.acted) or None,
-            "observed": observed(decision, observation, spec, memory_out.service_rate) or None,
+            "observed": observed(decision, observation, spec, decision.sustainable_rate) or None,
             "recommendation": {
                 **recommendation(decision),
                 "reasonCode": reason_code,
@@ -230,9 +230,9 @@ class Reconciler:
         if event is not None and not outcome.acted:
             self._event(sla, *event, now)
         self.telemetry.evaluated(namespace, name, spec, decision, view.state.spec_replicas)
-        rate = memory_out.service_rate
+        rate = decision.sustainable_rate
         log.info(
-            "%s/%s: %s [μ %s req/s per replica]",
+            "%s/%s: %s [%s req/s per replica within the SLA]",
             namespace, name, decision.summary(), f"{rate:.2f}" if rate else "unknown",
         )  # fmt: skip
         return Evaluation(decision, outcome.acted, status)
@@ -255,7 +255,7 @@ class Reconciler:
             log.error("%s/%s: decision rejected: %s", namespace, name, broken)
             return _Outcome(
                 last_action=last_action,
-                hold=("DecisionRejected", f"decision rejected: {broken}", True),
+                hold=(Reason.DECISION_REJECTED, f"decision rejected: {broken}", True),
             )
 
         def reread() -> FleetView:
@@ -266,13 +266,13 @@ class Reconciler:
         except (TargetMissing, ContainerMissing, KubeError) as error:
             return _Outcome(
                 last_action=last_action,
-                hold=("HoldTargetChanged", f"re-reading the target: {error}", False),
+                hold=(Reason.HOLD_TARGET_CHANGED, f"re-reading the target: {error}", False),
             )
         if not fresh.same_as(view):
             return _Outcome(
                 last_action=last_action,
                 hold=(
-                    "HoldTargetChanged",
+                    Reason.HOLD_TARGET_CHANGED,
                     "the Deployment changed while deciding: deciding again next window",
                     False,
                 ),
@@ -283,7 +283,7 @@ class Reconciler:
             return _Outcome(
                 last_action=last_action,
                 hold=(
-                    "ActionFailed",
+                    Reason.ACTION_FAILED,
                     "not acting: the status could not be written first (see the operator's "
                     "log), and an action the status does not announce could be repeated",
                     True,
@@ -299,18 +299,20 @@ class Reconciler:
             )
         except TargetChanged as error:
             return _Outcome(
-                last_action=last_action, hold=("HoldTargetChanged", f"not acting: {error}", False)
+                last_action=last_action,
+                hold=(Reason.HOLD_TARGET_CHANGED, f"not acting: {error}", False),
             )
         except (TargetMissing, ContainerMissing) as error:
             return _Outcome(
-                last_action=last_action, hold=("HoldTargetChanged", f"not acting: {error}", False)
+                last_action=last_action,
+                hold=(Reason.HOLD_TARGET_CHANGED, f"not acting: {error}", False),
             )
         except Unreachable as error:
             self.telemetry.errors.labels("kubernetes").inc()
             return _Outcome(
                 last_action=last_action,
                 hold=(
-                    "ActionFailed",
+                    Reason.ACTION_FAILED,
                     f"writing {pending.change} got no answer ({error}): whether it was made is "
                     "checked on the next evaluation",
                     True,
@@ -321,7 +323,7 @@ class Reconciler:
             self.telemetry.errors.labels("kubernetes").inc()
             return _Outcome(
                 last_action=last_action,
-                hold=("ActionFailed", f"could not change {pending.change}: {error}", True),
+                hold=(Reason.ACTION_FAILED, f"could not change {pending.change}: {error}", True),
             )
         return _Outcome(decision.changes, pending.last_action(), None, None, written)
 

@@ -24,12 +24,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slascaler.model.latency import LoadPoint
 from slascaler.model.observation import Observation
-from slascaler.policy import Change, Condition, Decision, FleetState, PolicyMemory
+from slascaler.policy import Change, Condition, Decision, FleetState, PolicyMemory, Reason
 from slascaler.policy.state import Recommendation
 from slascaler.spec import SLASpec
 
-MEMORY_FORMAT = 1
+MEMORY_FORMAT = 2
 
 
 def _finite(value: float | None, digits: int = 1) -> float | None:
@@ -46,11 +47,27 @@ def memory_to_status(memory: PolicyMemory) -> dict[str, Any]:
         "lastScaleDownAt": _finite(memory.last_scale_down_at, 2),
         "lastKnobChangeAt": _finite(memory.last_knob_change_at, 2),
         "firstSeenAt": _finite(memory.first_seen_at, 2),
-        "serviceRate": _finite(memory.service_rate, 4),
         "gpuLimit": memory.gpu_limit,
         "gpuLimitAt": _finite(memory.gpu_limit_at, 2),
         "recommendations": [[round(r.at, 2), r.replicas] for r in memory.recommendations],
         "batchPoints": [[round(x, 2), round(y, 2)] for x, y in memory.batch_points],
+        "loadPoints": [
+            [
+                round(p.at, 2),
+                round(p.work, 1),
+                round(p.ttft_ms, 1),
+                round(p.itl_ms, 2) if math.isfinite(p.itl_ms) else None,
+                p.replicas,
+            ]
+            for p in memory.load_points
+        ],
+        "pointsKnobs": list(memory.points_knobs),
+        "capacity": _finite(memory.capacity, 1),
+        "loadHistory": [[round(t, 2), round(w, 1)] for t, w in memory.load_history],
+        "forecast": [round(v, 2) for v in memory.forecast] if memory.forecast else None,
+        "forecastError": round(memory.forecast_error, 4),
+        "startupS": _finite(memory.startup_s, 2),
+        "startupFor": _finite(memory.startup_for, 2),
     }
 
 
@@ -72,18 +89,52 @@ def _optional_count(raw: Mapping[str, Any], key: str) -> int | None:
     return value
 
 
-def _pairs(raw: object, key: str) -> list[tuple[float, float]]:
-    if not isinstance(raw, Sequence):
+def _number(item: object, key: str) -> float:
+    if isinstance(item, bool) or not isinstance(item, int | float) or not math.isfinite(item):
+        raise ValueError(f"{key} holds {item!r}")
+    return float(item)
+
+
+def _rows(raw: object, key: str, width: int) -> list[Sequence[object]]:
+    if not isinstance(raw, Sequence) or isinstance(raw, str):
         raise ValueError(f"{key} is not a list")
-    pairs = []
+    rows = []
     for item in raw:
-        if not (isinstance(item, Sequence) and len(item) == 2):
+        if not (isinstance(item, Sequence) and not isinstance(item, str) and len(item) == width):
             raise ValueError(f"{key} holds {item!r}")
-        a, b = float(item[0]), float(item[1])
-        if not (math.isfinite(a) and math.isfinite(b)):
-            raise ValueError(f"{key} holds a non-finite number")
-        pairs.append((a, b))
-    return pairs
+        rows.append(item)
+    return rows
+
+
+def _pairs(raw: object, key: str) -> list[tuple[float, float]]:
+    return [(_number(a, key), _number(b, key)) for a, b in _rows(raw, key, 2)]
+
+
+def _load_points(raw: object) -> tuple[LoadPoint, ...]:
+    points = []
+    for at, work, ttft, itl, replicas in _rows(raw, "loadPoints", 5):
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+            raise ValueError(f"loadPoints holds {replicas!r} replicas")
+        points.append(
+            LoadPoint(
+                _number(at, "loadPoints"),
+                _number(work, "loadPoints"),
+                _number(ttft, "loadPoints"),
+                math.nan if itl is None else _number(itl, "loadPoints"),
+                replicas,
+            )
+        )
+    return tuple(points)
+
+
+def _knob_values(raw: object) -> tuple[int | None, int | None]:
+    if raw is None:
+        return (None, None)
+    batch, chunk = _rows([raw], "pointsKnobs", 2)[0]
+    for value in (batch, chunk):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"pointsKnobs holds {value!r}")
+    return (batch, chunk)  # type: ignore[return-value]
 
 
 def memory_from_status(raw: object) -> tuple[PolicyMemory, str | None]:
@@ -95,7 +146,9 @@ def memory_from_status(raw: object) -> tuple[PolicyMemory, str | None]:
             raise ValueError("not an object")
         if raw.get("format") != MEMORY_FORMAT:
             raise ValueError(f"format {raw.get('format')!r}, expected {MEMORY_FORMAT}")
-        rate = _optional_time(raw, "serviceRate")
+        capacity = _optional_time(raw, "capacity")
+        forecast = raw.get("forecast")
+        error = _optional_time(raw, "forecastError")
         return (
             PolicyMemory(
                 last_scale_up_at=_optional_time(raw, "lastScaleUpAt"),
@@ -104,12 +157,19 @@ def memory_from_status(raw: object) -> tuple[PolicyMemory, str | None]:
                 first_seen_at=_optional_time(raw, "firstSeenAt"),
                 gpu_limit=_optional_count(raw, "gpuLimit"),
                 gpu_limit_at=_optional_time(raw, "gpuLimitAt"),
-                service_rate=rate if rate is not None and rate > 0 else None,
                 recommendations=tuple(
                     Recommendation(at, int(n))
                     for at, n in _pairs(raw.get("recommendations", []), "recommendations")
                 ),
                 batch_points=tuple(_pairs(raw.get("batchPoints", []), "batchPoints")),
+                load_points=_load_points(raw.get("loadPoints", [])),
+                points_knobs=_knob_values(raw.get("pointsKnobs")),
+                capacity=capacity if capacity is not None and capacity > 0 else None,
+                load_history=tuple(_pairs(raw.get("loadHistory", []), "loadHistory")),
+                forecast=None if forecast is None else _pairs([forecast], "forecast")[0],
+                forecast_error=min(max(error or 0.0, 0.0), 1.0),
+                startup_s=_optional_time(raw, "startupS"),
+                startup_for=_optional_time(raw, "startupFor"),
             ),
             None,
         )
@@ -310,7 +370,7 @@ def choose_event(
     previous_recommendation: object,
     acted: bool,
     auto: bool,
-    hold: tuple[str, str, bool] | None,
+    hold: tuple[Reason, str, bool] | None,
     why_not_auto: str,
 ) -> tuple[str, str, str] | None:
     """(type, reason, message) of the Event this evaluation posts, or None.

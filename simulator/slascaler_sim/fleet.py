@@ -41,6 +41,8 @@ from slascaler_sim.profiles import CostProfile
 from slascaler_sim.recorder import MetricRecorder
 from slascaler_sim.routing import least_outstanding, prefix_affinity
 
+RECENT_WINDOW_S = 30.0  # the short window a burst is seen in (Observation.recent_*)
+
 ROUTERS = ("least-outstanding", "prefix-affinity", "round-robin")
 
 
@@ -83,7 +85,8 @@ class Fleet:
         self._round_robin = 0
         self._arrivals: Iterator[Request] = iter(())
         self._next_arrival: Request | None = None
-        self._snapshots: deque[tuple[float, MetricRecorder, int]] = deque()
+        # (time, cumulative metrics, ready replicas, waiting requests) at every control tick
+        self._snapshots: deque[tuple[float, MetricRecorder, int, int]] = deque()
         self.rolling_restarts = 0
         self.desired = replicas
         self.gpu_limit = gpu_limit
@@ -169,28 +172,43 @@ class Fleet:
 
     def snapshot(self) -> None:
         """Remember the cumulative metrics now (call at every control tick)."""
-        self._snapshots.append((self.now, self.totals(), self.ready_replicas))
+        self._snapshots.append((self.now, self.totals(), self.ready_replicas, self._waiting_now()))
         while len(self._snapshots) > 1 and self._snapshots[1][0] < self.now - 3600:
             self._snapshots.popleft()
 
-    def observation(self, window_s: float) -> Observation:
+    def _waiting_now(self) -> int:
+        return sum(len(r.waiting) for r in self.replicas) + len(self.backlog)
+
+    def _snapshot_before(self, seconds: float) -> tuple[float, MetricRecorder, int, int]:
+        """The latest snapshot at least `seconds` old (else the oldest; else an empty one)."""
+        chosen = (self.now, MetricRecorder(self.profile.max_model_len), self.ready_replicas, 0)
+        for snapshot in self._snapshots:
+            if snapshot[0] <= self.now - seconds + 1e-9:
+                chosen = snapshot
+        if chosen[0] == self.now and self._snapshots:
+            chosen = self._snapshots[0]
+        return chosen
+
+    def observation(self, window_s: float, recent_s: float = RECENT_WINDOW_S) -> Observation:
         """Increases over the last `window_s` seconds, as the Prometheus source reports them."""
         current = self.totals()
-        start_time, earlier = self.now, MetricRecorder(self.profile.max_model_len)
-        for time, recorded, _ in self._snapshots:
-            if time <= self.now - window_s + 1e-9:
-                start_time, earlier = time, recorded
-        if start_time == self.now and self._snapshots:
-            start_time, earlier, _ = self._snapshots[0]
+        start_time, earlier, _, _ = self._snapshot_before(window_s)
         # Replicas serving over the window, on average (as the Prometheus source counts them).
-        ready = [n for time, _, n in self._snapshots if time > start_time] or [self.ready_replicas]
+        ready = [s[2] for s in self._snapshots if s[0] > start_time] or [self.ready_replicas]
         elapsed = max(1e-9, self.now - start_time)
 
         def delta(name: str, scale: float = 1000.0) -> Histogram:
             return current.histograms[name].minus(earlier.histograms[name]).to_histogram(scale)
 
+        def rate(name: str, since: MetricRecorder, seconds: float) -> float:
+            return (current.counters[name] - since.counters[name]) / seconds
+
         ttft = delta("vllm:time_to_first_token_seconds")
         serving = [r for r in self.replicas if r.phase is Phase.READY]
+        waiting_now = self._waiting_now()
+        recent_start, recent, _, waiting_then = self._snapshot_before(recent_s)
+        recent_elapsed = self.now - recent_start
+        first_tokens = "vllm:time_to_first_token_seconds"
         return Observation(
             observed_at=self.now,
             window_s=elapsed,
@@ -204,9 +222,23 @@ class Fleet:
             + len(self.backlog),
             running=(current.running_integral - earlier.running_integral) / elapsed,
             reporting_pods=round(sum(ready) / len(ready)),
-            waiting_now=sum(len(r.waiting) for r in self.replicas) + len(self.backlog),
+            waiting_now=waiting_now,
             kv_cache_usage_now=sum(r.kv_cache_usage for r in serving),
             forward_passes=tuple(r.forward_pass() for r in serving),
+            prompt_token_rate=rate("vllm:prompt_tokens_total", earlier, elapsed)
+            - rate("vllm:prompt_tokens_cached_total", earlier, elapsed),
+            generation_token_rate=rate("vllm:generation_tokens_total", earlier, elapsed),
+            recent_window_s=recent_elapsed,
+            recent_request_rate=(
+                current.histograms[first_tokens].observations
+                - recent.histograms[first_tokens].observations
+            )
+            / recent_elapsed
+            if recent_elapsed > 0
+            else math.nan,
+            recent_waiting_growth=(waiting_now - waiting_then) / recent_elapsed
+            if recent_elapsed > 0
+            else math.nan,
         )
 
     # -- the event loop ----------------------------------------------------------------

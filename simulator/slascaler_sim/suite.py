@@ -11,7 +11,7 @@ shape, traces are cut):
 | step load ×4 | a Poisson load that quadruples a third of the way in |
 | diurnal day (4 h) | two compressed day cycles (±80 % around the mean) |
 | burst | a 3-minute burst at 6× the base rate in the middle |
-| prefill-bound low load | few very long prompts: replicas cannot help, the chunk size can |
+| prefill-bound low load | very long prompts, TTFT 250 ms: chunk size helps, replicas cannot |
 | capacity-limited | more load than the GPUs can hold |
 | long context | heavy-tailed prompts up to 96k tokens (128k context), TTFT objective 3 s |
 | traces superposed (3 h) | three hours of the bundled traces mixed in changing proportions |
@@ -191,7 +191,9 @@ def default_scenarios(minutes: float | None = None) -> list[Scenario]:
             hour,
             profile=h100,
             settings=EngineSettings(256, 256),
-            threshold_ms=200.0,
+            # On a bucket bound of vLLM's TTFT histogram (…, 0.1, 0.25, 0.5 s): an objective
+            # inside the 0.1–0.25 s bucket cannot be resolved from the engine's metrics.
+            threshold_ms=250.0,
             itl_ms=200.0,
             max_replicas=8,
             knobs={"maxBatchSize": {"min": 16, "max": 512}, "chunkSize": {"min": 256, "max": 8192}},

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from slascaler.model.latency import LoadPoint
 from slascaler.policy import Change, Condition, FleetState, PolicyMemory
 from slascaler.policy.decision import Status
 from slascaler.policy.state import Recommendation
@@ -33,7 +34,7 @@ def memories(draw: st.DrawFn) -> PolicyMemory:
         last_scale_down_at=draw(maybe_time),
         last_knob_change_at=draw(maybe_time),
         first_seen_at=draw(maybe_time),
-        service_rate=draw(st.none() | st.floats(0.001, 1e4)),
+        capacity=draw(st.none() | st.floats(0.1, 1e6)),
         gpu_limit=draw(st.none() | st.integers(1, 1000)),
         gpu_limit_at=draw(maybe_time),
         recommendations=tuple(
@@ -43,6 +44,29 @@ def memories(draw: st.DrawFn) -> PolicyMemory:
         batch_points=tuple(
             draw(st.lists(st.tuples(st.floats(0, 1e4), st.floats(0, 1e5)), max_size=5))
         ),
+        load_points=tuple(
+            LoadPoint(at, work, ttft, itl, replicas)
+            for at, work, ttft, itl, replicas in draw(
+                st.lists(
+                    st.tuples(
+                        times,
+                        st.floats(0, 1e6),
+                        st.floats(0, 1e6),
+                        st.floats(0, 1e5) | st.just(math.nan),
+                        st.integers(1, 10_000),
+                    ),
+                    max_size=5,
+                )
+            )
+        ),
+        points_knobs=(
+            draw(st.none() | st.integers(1, 4096)),
+            draw(st.none() | st.integers(1, 1 << 20)),
+        ),
+        load_history=tuple(draw(st.lists(st.tuples(times, st.floats(0, 1e7)), max_size=5))),
+        forecast=draw(st.none() | st.tuples(times, st.floats(0, 1e7))),
+        forecast_error=draw(st.floats(0, 1)),
+        startup_s=draw(st.none() | st.floats(0, 3600)),
     )
 
 
@@ -60,7 +84,18 @@ def test_memory_round_trips_through_json(memory: PolicyMemory) -> None:
     for name in ("last_scale_up_at", "last_scale_down_at", "last_knob_change_at",
                  "first_seen_at", "gpu_limit_at"):  # fmt: skip
         assert close(getattr(restored, name), getattr(memory, name), 0.005), name
-    assert close(restored.service_rate, memory.service_rate, 0.00005)
+    assert close(restored.capacity, memory.capacity, 0.05)
+    assert restored.points_knobs == memory.points_knobs
+    assert [p.replicas for p in restored.load_points] == [p.replicas for p in memory.load_points]
+    assert all(
+        close(a.work, b.work, 0.05) and close(a.ttft_ms, b.ttft_ms, 0.05)
+        and (math.isnan(a.itl_ms) == math.isnan(b.itl_ms))
+        for a, b in zip(restored.load_points, memory.load_points, strict=True)
+    )  # fmt: skip
+    assert len(restored.load_history) == len(memory.load_history)
+    assert (restored.forecast is None) == (memory.forecast is None)
+    assert close(restored.forecast_error, memory.forecast_error, 0.00005)
+    assert close(restored.startup_s, memory.startup_s, 0.005)
     assert restored.gpu_limit == memory.gpu_limit
     assert [r.replicas for r in restored.recommendations] == [
         r.replicas for r in memory.recommendations

@@ -2,10 +2,16 @@
 
 - replicas never leave [min, max] and knobs never leave their bounds;
 - no action but bringing values into bounds on missing, stale or NaN metrics;
-- no new scale-up while pods of the last one are starting;
-- scale-down only after the stabilization window, never below a recent recommendation;
+- while pods of the last scale-up are starting, a new scale-up only for load beyond what
+  ready and starting pods will serve;
+- scale-down only after the stabilization window, never below a recent recommendation —
+  except dropping Pending pods (they serve nothing) for a rollout at GPU capacity;
 - knob changes only after the knob cooldown and never during a rollout;
-- a prefill-bound window never adds replicas; a conflict changes nothing.
+- a prefill-bound window adds no replica for its load (only a surge for a knob rollout);
+  a conflict changes nothing;
+- every decision's reason code is the reason of its largest change.
+
+The strategies reach starting pods, unschedulable pods and a fresh memory together.
 """
 
 from __future__ import annotations
@@ -18,11 +24,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from builders import observation_from_samples
+from slascaler.engines import VLLM_ITL_BUCKETS_S
 from slascaler.model.histogram import Histogram
+from slascaler.model.latency import LoadPoint
 from slascaler.model.observation import Observation
 from slascaler.model.regime import Regime
 from slascaler.model.samples import TTFTBreakdown
-from slascaler.policy import FleetState, PolicyMemory, PolicyState, decide
+from slascaler.policy import Decision, FleetState, PolicyMemory, PolicyState, Reason, decide
 from slascaler.policy.state import Recommendation
 from slascaler.spec import SLASpec, parse_spec
 
@@ -77,6 +85,7 @@ def fleets(draw: st.DrawFn) -> FleetState:
         chunk_size=draw(st.one_of(st.none(), st.integers(64, 32768))),
         rollout_in_progress=draw(st.booleans()),
         other_autoscaler=draw(st.sampled_from([None, None, None, "HorizontalPodAutoscaler/x"])),
+        max_unavailable=draw(st.integers(0, 3)),
     )
 
 
@@ -91,6 +100,20 @@ def memories(draw: st.DrawFn) -> PolicyMemory:
             st.lists(st.tuples(st.floats(NOW - 2000, NOW), st.integers(1, 40)), max_size=6)
         )
     )
+    if draw(st.integers(0, 4)) == 0:
+        return PolicyMemory()  # fresh: an operator that never saw this Deployment
+    points = tuple(
+        LoadPoint(at, work, ttft, itl, replicas)
+        for at, work, ttft, itl, replicas in draw(
+            st.lists(
+                st.tuples(
+                    st.floats(NOW - 3000, NOW), st.floats(0, 20000), st.floats(10, 5000),
+                    st.floats(5, 300), st.integers(1, 40),
+                ),
+                max_size=8,
+            )
+        )
+    )  # fmt: skip
     return PolicyMemory(
         last_scale_up_at=maybe_time(),
         last_scale_down_at=maybe_time(),
@@ -99,8 +122,15 @@ def memories(draw: st.DrawFn) -> PolicyMemory:
         batch_points=tuple(
             draw(st.lists(st.tuples(st.floats(1, 256), st.floats(1, 500)), max_size=6))
         ),
-        service_rate=draw(st.one_of(st.none(), st.floats(0.01, 100))),
         first_seen_at=maybe_time(),
+        load_points=points,
+        points_knobs=(None, None),
+        capacity=draw(st.one_of(st.none(), st.floats(100, 50000))),
+        load_history=tuple(
+            draw(st.lists(st.tuples(st.floats(NOW - 900, NOW), st.floats(0, 1e5)), max_size=8))
+        ),
+        gpu_limit=draw(st.one_of(st.none(), st.integers(1, 40))),
+        gpu_limit_at=maybe_time(),
     )
 
 
@@ -130,6 +160,7 @@ def observations(draw: st.DrawFn) -> Observation | None:
         prompt_tokens=list(rng.integers(10, 8000, count).astype(float)),
         waiting=draw(st.sampled_from([0.0, 3.0, 100.0])),
         running=float(pods * draw(st.integers(0, 300))),
+        tokens_per_request=draw(st.sampled_from([None, 300.0, 1400.0, 9000.0])),
     )
     if kind == "stale":
         return replace(observation, observed_at=NOW - 1000)
@@ -154,10 +185,37 @@ PROPERTY_SETTINGS = settings(
 def test_safety_invariants(
     spec: SLASpec, observation: Observation | None, fleet: FleetState, memory: PolicyMemory
 ) -> None:
+    check_invariants(spec, observation, fleet, memory)
+
+
+def test_invariants_hold_for_pending_pods_at_gpu_capacity_with_a_fresh_memory() -> None:
+    """The review's case: 6 desired, 4 ready, 2 unschedulable, a batch rollout wanted."""
+    spec = parse_spec({
+        "targetRef": {"name": "llama"},
+        "objectives": {"ttft": {"thresholdMs": 500}, "itl": {"thresholdMs": 60}},
+        "replicas": {"min": 1, "max": 16},
+        "knobs": {"maxBatchSize": {"min": 16, "max": 256}},
+    })  # fmt: skip
+    fleet = FleetState(6, 4, unschedulable_pods=2, max_batch_size=64, max_unavailable=1)
+    observation = replace(
+        _queue_bound_window(4, 1),
+        running=4 * 64.0,
+        itl=Histogram.from_values([20.0] * 100, [b * 1000 for b in VLLM_ITL_BUCKETS_S]),
+    )
+    decision = check_invariants(spec, observation, fleet, PolicyMemory())
+    assert decision.replicas == 4 and decision.max_batch_size is not None
+    assert [c.reason for c in decision.changes] == [
+        Reason.RAISE_BATCH_AT_CAPACITY, Reason.DROP_PENDING_PODS,
+    ]  # fmt: skip
+
+
+def check_invariants(
+    spec: SLASpec, observation: Observation | None, fleet: FleetState, memory: PolicyMemory
+) -> Decision:
     decision = decide(spec, observation, PolicyState(fleet, memory), NOW)
     if fleet.other_autoscaler:
         assert not decision.acts
-        return
+        return decision
     assert spec.replicas.min <= decision.replicas <= spec.replicas.max
     for bounds, value in (
         (spec.max_batch_size, decision.max_batch_size),
@@ -178,18 +236,27 @@ def test_safety_invariants(
         assert decision.replicas == bounded_replicas
         assert decision.max_batch_size == bounded_batch
         assert decision.chunk_size == bounded_chunk
-        return
+        return decision
 
-    if fleet.starting_pods > 0:
-        assert decision.replicas <= bounded_replicas, "stacked scale-up"
-    if decision.regime is Regime.PREFILL_BOUND:
-        assert decision.replicas <= bounded_replicas
+    replicas_reason = next((c.reason for c in decision.changes if c.knob == "replicas"), None)
+    if fleet.starting_pods > 0 and decision.replicas > bounded_replicas:
+        assert replicas_reason is Reason.SURGE_FOR_ROLLOUT or (
+            decision.wanted_replicas is not None
+            and decision.wanted_replicas > bounded_replicas
+        ), "stacked scale-up"
+    if decision.regime is Regime.PREFILL_BOUND and decision.replicas > bounded_replicas:
+        assert replicas_reason is Reason.SURGE_FOR_ROLLOUT
     if decision.replicas < bounded_replicas:
-        window = spec.behavior.scale_down_stabilization_s
-        assert memory.first_seen_at is not None and memory.first_seen_at <= NOW - window
-        assert memory.last_scale_up_at is None or memory.last_scale_up_at <= NOW - window
-        recent = [r.replicas for r in decision.memory_if_held.recommendations]
-        assert decision.replicas >= spec.replicas.clamp(max(recent))
+        if replicas_reason is Reason.DROP_PENDING_PODS:
+            assert decision.replicas >= spec.replicas.clamp(
+                fleet.spec_replicas - fleet.unschedulable_pods
+            )
+        else:
+            window = spec.behavior.scale_down_stabilization_s
+            assert memory.first_seen_at is not None and memory.first_seen_at <= NOW - window
+            assert memory.last_scale_up_at is None or memory.last_scale_up_at <= NOW - window
+            recent = [r.replicas for r in decision.memory_if_held.recommendations]
+            assert decision.replicas >= spec.replicas.clamp(max(recent))
     knobs_changed = (decision.max_batch_size, decision.chunk_size) != (bounded_batch, bounded_chunk)
     if knobs_changed:
         assert not fleet.rollout_in_progress
@@ -197,7 +264,11 @@ def test_safety_invariants(
             memory.last_knob_change_at is None
             or NOW - memory.last_knob_change_at >= spec.behavior.knob_cooldown_s
         )
+    if decision.acts:
+        assert decision.reason_code is decision.changes[0].reason
+        assert str(decision.changes[0]) in decision.summary()
     assert decision.reason
+    return decision
 
 
 @PROPERTY_SETTINGS
@@ -236,10 +307,12 @@ def test_no_stacked_scale_up_under_heavy_queueing(
     decision = decide(spec, observation, PolicyState(fleet, memory), NOW)
     bounded = spec.replicas.clamp(fleet.spec_replicas)
     if decision.replicas > bounded:
-        assert fleet.starting_pods == 0 and fleet.unschedulable_pods == 0
+        assert fleet.unschedulable_pods == 0
+        if fleet.starting_pods > 0:
+            assert decision.wanted_replicas is not None and decision.wanted_replicas > bounded
         last_up = memory.last_scale_up_at
         assert last_up is None or NOW - last_up >= spec.behavior.scale_up_cooldown_s
-        assert decision.replicas <= max(2 * bounded, bounded + 4)
+        assert decision.replicas <= max(2 * bounded, bounded + 4) + fleet.max_unavailable
 
 
 @PROPERTY_SETTINGS
@@ -251,7 +324,8 @@ def test_scale_down_only_after_the_stabilization_window(
     observation = _healthy_window(max(1, fleet.ready_replicas), seed)
     decision = decide(spec, observation, PolicyState(fleet, memory), NOW)
     bounded = spec.replicas.clamp(fleet.spec_replicas)
-    if decision.replicas < bounded:
+    reason = next((c.reason for c in decision.changes if c.knob == "replicas"), None)
+    if decision.replicas < bounded and reason is not Reason.DROP_PENDING_PODS:
         window = spec.behavior.scale_down_stabilization_s
         assert memory.first_seen_at is not None and memory.first_seen_at <= NOW - window
         assert memory.last_scale_up_at is None or memory.last_scale_up_at <= NOW - window
@@ -312,5 +386,7 @@ def test_knob_changes_respect_cooldown_and_rollouts(
         last = memory.last_knob_change_at
         assert last is None or NOW - last >= spec.behavior.knob_cooldown_s
         assert decision.memory_if_applied.last_knob_change_at == NOW
-    if kind == "prefill":
-        assert decision.replicas <= spec.replicas.clamp(fleet.spec_replicas)
+    grew = decision.replicas > spec.replicas.clamp(fleet.spec_replicas)
+    if decision.regime is Regime.PREFILL_BOUND and grew:
+        reason = next(c.reason for c in decision.changes if c.knob == "replicas")
+        assert reason is Reason.SURGE_FOR_ROLLOUT, "no replica for a prefill-bound load"

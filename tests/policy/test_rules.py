@@ -1,4 +1,4 @@
-"""The policy's rules, one scenario each: observation and state in, decision and reason out."""
+"""The policy's pipeline, one scenario each: observation and state in, decision and reason out."""
 
 from __future__ import annotations
 
@@ -9,17 +9,26 @@ import pytest
 
 from builders import observation_from_samples, spec
 from slascaler.model.histogram import Histogram
+from slascaler.model.latency import LoadPoint, contention
+from slascaler.model.observation import Observation
 from slascaler.model.regime import Regime
 from slascaler.model.samples import TTFTBreakdown
-from slascaler.policy import FleetState, PolicyMemory, PolicyState, decide
+from slascaler.policy import FleetState, PolicyMemory, PolicyState, Reason, Tunables, decide
 from slascaler.policy.decision import Status
-from slascaler.policy.state import DEFAULT_MAX_UNAVAILABLE, resolve_max_unavailable
+from slascaler.policy.state import (
+    DEFAULT_MAX_UNAVAILABLE,
+    Recommendation,
+    resolve_max_surge,
+    resolve_max_unavailable,
+)
 from slascaler.scenarios import source_scenario
 
 NOW = 10_000.0
 KNOBS = {"maxBatchSize": {"min": 16, "max": 256}, "chunkSize": {"min": 512, "max": 8192}}
 ITL = {"ttft": {"percentile": 95, "thresholdMs": 500}, "itl": {"percentile": 95, "thresholdMs": 60}}
 LONG_AGO = NOW - 3600.0
+TOKENS = 1400.0  # tokens of work per request in the windows below
+CAPACITY = 12_000.0  # tokens/s one replica serves with full steps
 
 
 def fleet(replicas: int = 4, **kwargs: object) -> FleetState:
@@ -38,21 +47,44 @@ def settled(**kwargs: object) -> PolicyMemory:
     return PolicyMemory(first_seen_at=LONG_AGO, **kwargs)  # type: ignore[arg-type]
 
 
-def high_load(pods: int = 4, **kwargs: object) -> object:
+def learned(floor_ms: float = 380.0, slope_ms: float = 100.0, **kwargs: object) -> PolicyMemory:
+    """Memory of windows at several loads and counts whose TTFT p95 followed
+    floor + slope·z(u)/√c exactly, at the knobs of `fleet()`."""
+    points = tuple(
+        LoadPoint(
+            NOW - 60.0 * i,
+            work,
+            floor_ms + slope_ms * contention(work, CAPACITY, replicas),
+            20.0 + 40.0 * work / CAPACITY,
+            replicas,
+        )
+        for i, (work, replicas) in enumerate(
+            [(3000.0, 2), (4500.0, 2), (6000.0, 4), (7000.0, 4), (5000.0, 8), (8000.0, 8)]
+        )
+    )
+    return settled(load_points=points, points_knobs=(64, 2048), capacity=CAPACITY, **kwargs)
+
+
+def window(samples: list[TTFTBreakdown], pods: int = 4, **kwargs: object) -> Observation:
+    return observation_from_samples(
+        samples, at=NOW, pods=pods, itl_ms=[20.0] * 500, tokens_per_request=TOKENS, **kwargs
+    )  # type: ignore[arg-type]
+
+
+def high_load(pods: int = 4, **kwargs: object) -> Observation:
+    """Queue-bound: queue ~ Exp(200 ms) on top of a 130 ms request (the source's high load)."""
     samples = source_scenario("high-load", 3000, seed=1)
-    return observation_from_samples(
-        samples, at=NOW, pods=pods, itl_ms=[20.0] * 500, running=pods * 62.0, **kwargs
-    )  # type: ignore[arg-type]
+    kwargs.setdefault("running", pods * 62.0)
+    return window(samples, pods, **kwargs)
 
 
-def light_load(pods: int = 4, **kwargs: object) -> object:
+def light_load(pods: int = 4, **kwargs: object) -> Observation:
     samples = source_scenario("low-load", 600, seed=1)
-    return observation_from_samples(
-        samples, at=NOW, pods=pods, itl_ms=[25.0] * 500, running=pods * 3.0, **kwargs
-    )  # type: ignore[arg-type]
+    kwargs.setdefault("running", pods * 3.0)
+    return window(samples, pods, **kwargs)
 
 
-def long_prompts(**kwargs: object) -> object:
+def long_prompts(**kwargs: object) -> Observation:
     samples = [TTFTBreakdown(4.0, 10.0, 560.0 + (i % 40), 20.0) for i in range(400)]
     return observation_from_samples(
         samples,
@@ -69,7 +101,7 @@ def test_conflict_leaves_the_deployment_alone() -> None:
     state = PolicyState(fleet(replicas=40, other_autoscaler="HorizontalPodAutoscaler/llama"))
     decision = decide(spec(), high_load(), state, NOW)
     assert not decision.acts
-    assert decision.reason_code == "HoldConflict"
+    assert decision.reason_code is Reason.HOLD_CONFLICT
     conflict = decision.condition("Conflict")
     assert conflict is not None and conflict.status is Status.TRUE
     assert "HorizontalPodAutoscaler/llama" in conflict.message
@@ -78,71 +110,91 @@ def test_conflict_leaves_the_deployment_alone() -> None:
 def test_replicas_outside_bounds_are_clamped_even_without_metrics() -> None:
     decision = decide(spec(), None, PolicyState(fleet(replicas=20)), NOW)
     assert decision.replicas == 16
-    assert decision.reason_code == "BoundsEnforced"
+    assert decision.reason_code is Reason.BOUNDS_ENFORCED
+    assert [c.reason for c in decision.changes] == [Reason.BOUNDS_ENFORCED]
     assert "outside spec.replicas [1, 16]" in decision.reason
 
 
 @pytest.mark.parametrize(
     ("observation", "code", "reason"),
     [
-        (None, "HoldMetricsUnavailable", "NoObservation"),
-        ("stale", "HoldMetricsStale", "Stale"),
-        ("no-queue", "HoldMetricsMissing", "MissingSeries"),
-        ("nan", "HoldMetricsMissing", "MissingSeries"),
+        (None, Reason.HOLD_METRICS_UNAVAILABLE, "NoObservation"),
+        ("stale", Reason.HOLD_METRICS_STALE, "Stale"),
+        ("no-queue", Reason.HOLD_METRICS_MISSING, "MissingSeries"),
+        ("nan", Reason.HOLD_METRICS_MISSING, "MissingSeries"),
     ],
 )
 def test_missing_or_bad_data_holds_and_says_why(
-    observation: str | None, code: str, reason: str
+    observation: str | None, code: Reason, reason: str
 ) -> None:
     base = high_load()
     data = {
         None: None,
-        "stale": replace(base, observed_at=NOW - 600),  # type: ignore[type-var]
-        "no-queue": replace(base, queue=None),  # type: ignore[type-var]
-        "nan": replace(  # type: ignore[type-var]
-            base, ttft=Histogram((100.0, math.inf), (math.nan, 5.0), 1.0, 5.0)
-        ),
+        "stale": replace(base, observed_at=NOW - 600),
+        "no-queue": replace(base, queue=None),
+        "nan": replace(base, ttft=Histogram((100.0, math.inf), (math.nan, 5.0), 1.0, 5.0)),
     }[observation]
-    decision = decide(spec(), data, PolicyState(fleet()), NOW)  # type: ignore[arg-type]
+    decision = decide(spec(), data, PolicyState(fleet()), NOW)
     assert not decision.acts
-    assert decision.reason_code == code
+    assert decision.reason_code is code
     metrics = decision.condition("MetricsAvailable")
     assert metrics is not None and metrics.status is Status.FALSE and metrics.reason == reason
 
 
 def test_too_few_requests_hold() -> None:
     samples = source_scenario("high-load", 8, seed=1)
-    decision = decide(spec(), observation_from_samples(samples, at=NOW), PolicyState(fleet()), NOW)
+    decision = decide(spec(), window(samples), PolicyState(fleet()), NOW)
     assert not decision.acts
-    assert decision.reason_code == "HoldTooFewRequests"
+    assert decision.reason_code is Reason.HOLD_TOO_FEW_REQUESTS
     assert not decision.pacing, "a hold for a reason of its own is an Event"
     assert decision.regime is Regime.UNKNOWN
 
 
-def test_queue_bound_scales_out_by_the_queueing_model() -> None:
-    decision = decide(spec(), high_load(), PolicyState(fleet(), settled()), NOW)
+def test_queue_bound_without_a_model_steps_in_proportion_within_the_rate_limit() -> None:
+    observation = replace(high_load(), prompt_token_rate=math.nan)  # no token counters
+    decision = decide(spec(), observation, PolicyState(fleet(), settled()), NOW)
     assert decision.regime is Regime.QUEUE_BOUND
-    assert decision.reason_code == "ScaleUp"
+    assert decision.reason_code is Reason.SCALE_UP
     assert 5 <= decision.replicas <= 8  # rate limit: at most double
-    assert "queueing model" in decision.reason
+    assert "proportional step" in decision.reason
     assert decision.memory_if_applied.last_scale_up_at == NOW
     assert decision.memory_if_held.last_scale_up_at is None
-    assert decision.memory_if_applied.service_rate is not None
 
 
-def test_no_new_scale_up_while_pods_start() -> None:
-    state = PolicyState(fleet(replicas=6, ready_replicas=4), settled())
-    decision = decide(spec(), high_load(), state, NOW)
-    assert not decision.acts
-    assert decision.reason_code == "HoldPodsStarting"
-    assert "2 pods" in decision.reason
-    assert decision.pacing, "a hold that only waits for the last scale-up is not an Event"
+def test_queue_bound_sizes_by_the_learned_latency_model() -> None:
+    # 40 req/s × 1400 tokens = 56 000 tokens/s; by the remembered windows (380 + 100·z/√c
+    # at 12 000 tokens/s per replica, target 0.95 × 500 = 475 ms) 6 replicas would give
+    # 523 ms and 7 give 456 ms; this window's own point and capacity move that a little.
+    samples = source_scenario("high-load", 4800, seed=1)
+    observation = window(samples, running=4 * 62.0)
+    decision = decide(spec(), observation, PolicyState(fleet(), learned()), NOW)
+    assert decision.regime is Regime.QUEUE_BOUND
+    assert decision.reason_code is Reason.SCALE_UP
+    assert decision.wanted_replicas is not None and 6 <= decision.wanted_replicas <= 8
+    assert decision.replicas == decision.wanted_replicas
+    assert f"need {decision.wanted_replicas} replicas" in decision.reason
+    assert decision.sustainable_rate is not None and decision.sustainable_rate > 5
+
+
+def test_while_pods_start_a_second_scale_up_only_for_load_beyond_them() -> None:
+    samples = source_scenario("high-load", 4800, seed=1)
+    state = PolicyState(fleet(replicas=5, ready_replicas=4), learned())
+    decision = decide(spec(), window(samples), state, NOW)
+    assert decision.replicas > 5, "the load needs more than the 5 provisioned"
+    assert decision.reason_code is Reason.SCALE_UP
+    enough = PolicyState(fleet(replicas=8, ready_replicas=4), learned())
+    decision = decide(spec(), window(samples), enough, NOW)
+    assert not decision.acts and decision.reason_code is Reason.HOLD_PODS_STARTING
+    assert decision.pacing
+    off = Tunables(use_warm_credit=False)
+    decision = decide(spec(), window(samples), state, NOW, off)
+    assert not decision.acts and decision.reason_code is Reason.HOLD_PODS_STARTING
 
 
 def test_no_scale_up_within_the_cooldown() -> None:
     state = PolicyState(fleet(), settled(last_scale_up_at=NOW - 10))
     decision = decide(spec(), high_load(), state, NOW)
-    assert not decision.acts and decision.reason_code == "HoldScaleUpCooldown"
+    assert not decision.acts and decision.reason_code is Reason.HOLD_SCALE_UP_COOLDOWN
     assert decision.pacing
 
 
@@ -151,17 +203,20 @@ def test_at_max_replicas_capacity_limited_and_batch_raised() -> None:
     decision = decide(sla, high_load(), PolicyState(fleet(), settled()), NOW)
     capacity = decision.condition("CapacityLimited")
     assert capacity is not None and capacity.status is Status.TRUE
+    assert capacity.reason == "AtMaxReplicas"
     assert decision.replicas == 4
     assert decision.max_batch_size is not None and decision.max_batch_size > 64
     assert [c.knob for c in decision.changes] == ["maxBatchSize"]
+    assert decision.reason_code is Reason.RAISE_BATCH_AT_CAPACITY
 
 
-def test_unschedulable_pods_stop_scale_up() -> None:
+def test_unschedulable_pods_stop_scale_up_and_the_gpu_limit_is_remembered() -> None:
     state = PolicyState(fleet(replicas=6, ready_replicas=4, unschedulable_pods=2), settled())
     decision = decide(spec(), high_load(), state, NOW)
     capacity = decision.condition("CapacityLimited")
     assert capacity is not None and capacity.reason == "Unschedulable"
     assert decision.replicas == 6
+    assert decision.memory_if_held.gpu_limit == 4
 
 
 def test_at_gpu_capacity_pending_pods_are_dropped_for_the_batch_rollout() -> None:
@@ -172,6 +227,11 @@ def test_at_gpu_capacity_pending_pods_are_dropped_for_the_batch_rollout() -> Non
     assert decision.max_batch_size > 64
     assert decision.memory_if_applied.gpu_limit == 4
     assert "2 Pending pods serve nothing" in decision.reason
+    assert decision.reason_code is Reason.RAISE_BATCH_AT_CAPACITY
+    assert [c.reason for c in decision.changes] == [
+        Reason.RAISE_BATCH_AT_CAPACITY,
+        Reason.DROP_PENDING_PODS,
+    ]
 
 
 def test_at_gpu_capacity_no_batch_rollout_without_room_to_take_a_pod_down() -> None:
@@ -194,27 +254,35 @@ def test_remembered_gpu_limit_caps_scale_up_until_it_expires() -> None:
 
 def test_batch_not_raised_when_the_batch_limit_does_not_bind() -> None:
     sla = spec(replicas={"min": 1, "max": 4}, knobs=KNOBS, objectives=ITL)
-    observation = replace(high_load(), running=4 * 10.0)  # type: ignore[type-var]
+    observation = replace(high_load(), running=4 * 10.0)
     decision = decide(sla, observation, PolicyState(fleet(), settled()), NOW)
     assert decision.max_batch_size == 64
     assert "would not drain the queue" in decision.reason
 
 
-def test_prefill_bound_raises_chunk_size_and_never_replicas() -> None:
+def test_prefill_bound_raises_chunk_size_with_a_surge_and_never_for_the_load() -> None:
     sla = spec(knobs=KNOBS, objectives=ITL)
     decision = decide(sla, long_prompts(), PolicyState(fleet(), settled()), NOW)
     assert decision.regime is Regime.PREFILL_BOUND
-    assert decision.reason_code == "RaiseChunkForPrefill"
-    assert decision.replicas == 4
+    assert decision.reason_code is Reason.RAISE_CHUNK_FOR_PREFILL
     assert decision.chunk_size is not None and decision.chunk_size > 2048
     assert decision.memory_if_applied.last_knob_change_at == NOW
+    # The rollout may take one pod down (maxUnavailable 1): one pod is added for it.
+    assert decision.replicas == 5
+    assert [c.reason for c in decision.changes] == [
+        Reason.RAISE_CHUNK_FOR_PREFILL,
+        Reason.SURGE_FOR_ROLLOUT,
+    ]
+    plain = decide(sla, long_prompts(), PolicyState(fleet(), settled()), NOW,
+                   Tunables(use_surge_for_rollouts=False))  # fmt: skip
+    assert plain.replicas == 4
 
 
 def test_prefill_bound_at_max_chunk_reports_infeasible() -> None:
     sla = spec(knobs=KNOBS, objectives=ITL)
     decision = decide(sla, long_prompts(), PolicyState(fleet(chunk_size=8192), settled()), NOW)
     assert not decision.acts
-    assert decision.reason_code == "PrefillInfeasible"
+    assert decision.reason_code is Reason.PREFILL_INFEASIBLE
     met = decision.condition("SLAMet")
     assert met is not None and met.reason == "InfeasibleForPrompts"
 
@@ -222,33 +290,47 @@ def test_prefill_bound_at_max_chunk_reports_infeasible() -> None:
 def test_prefill_bound_without_knob_says_replicas_cannot_help() -> None:
     decision = decide(spec(), long_prompts(), PolicyState(fleet(), settled()), NOW)
     assert not decision.acts
-    assert decision.reason_code == "PrefillBoundNoKnob"
+    assert decision.reason_code is Reason.PREFILL_BOUND_NO_KNOB
     assert "spec.knobs.chunkSize" in decision.reason
 
 
 def test_prefill_bound_holds_without_itl_headroom_and_in_cooldown() -> None:
     sla = spec(knobs=KNOBS, objectives=ITL)
-    tight = replace(long_prompts(), itl=Histogram.from_values([55.0] * 100, [50.0, 75.0]))  # type: ignore[type-var]
+    tight = replace(long_prompts(), itl=Histogram.from_values([55.0] * 100, [50.0, 75.0]))
     decision = decide(sla, tight, PolicyState(fleet(), settled()), NOW)
-    assert not decision.acts and decision.reason_code == "HoldNoITLHeadroom"
+    assert not decision.acts and decision.reason_code is Reason.HOLD_NO_ITL_HEADROOM
     cooling = PolicyState(fleet(), settled(last_knob_change_at=NOW - 60))
     decision = decide(sla, long_prompts(), cooling, NOW)
-    assert not decision.acts and decision.reason_code == "HoldKnobCooldown"
+    assert not decision.acts and decision.reason_code is Reason.HOLD_KNOB_COOLDOWN
+
+
+def test_contention_stretched_prefill_is_queue_bound_by_the_latency_model() -> None:
+    # 600 ms TTFT, no queue time: by the counterfactual it is prefill-bound, but the model
+    # says an idle fleet would be at 380 ms: less contention meets the objective.
+    samples = [TTFTBreakdown(2.0, 10.0, 560.0 + (i % 40), 20.0) for i in range(2400)]
+    observation = observation_from_samples(
+        samples, at=NOW, pods=4, itl_ms=[20.0] * 500, running=4 * 40.0,
+        tokens_per_request=TOKENS,
+    )  # fmt: skip
+    decision = decide(spec(), observation, PolicyState(fleet(), learned()), NOW)
+    assert decision.regime is Regime.QUEUE_BOUND
+    assert "less contention would meet it" in decision.reason
+    assert decision.replicas > 4
 
 
 def test_itl_over_lowers_batch_by_the_fitted_curve() -> None:
     sla = spec(knobs=KNOBS, objectives=ITL)
     points = tuple((b, 10.0 + 1.2 * b) for b in (8.0, 16.0, 32.0, 48.0))
-    observation = replace(  # type: ignore[type-var]
+    observation = replace(
         light_load(), itl=Histogram.from_values([80.0] * 500, [50.0, 75.0, 100.0]), running=4 * 56.0
     )
     decision = decide(sla, observation, PolicyState(fleet(), settled(batch_points=points)), NOW)
     assert decision.regime is Regime.DECODE_BOUND
-    assert decision.reason_code == "LowerBatchForITL"
-    # ITL 10 + 1.2·b ≤ 0.8 × 60 = 48 ms → b ≤ 31.
-    assert decision.max_batch_size == 32 or decision.max_batch_size == 31
+    assert decision.reason_code is Reason.LOWER_BATCH_FOR_ITL
+    # ITL 10 + 1.2·b ≤ 0.8 × 60 = 48 ms → b ≤ 31 by the remembered windows; this window's
+    # (56 running, 80 ms) steepens the line a little.
+    assert decision.max_batch_size is not None and 28 <= decision.max_batch_size <= 31
     assert "fitted ITL" in decision.reason
-    assert decision.replicas == 4
 
 
 def test_itl_over_without_ttft_headroom_adds_a_replica() -> None:
@@ -263,24 +345,21 @@ def test_itl_over_without_ttft_headroom_adds_a_replica() -> None:
     assert "no headroom" in decision.reason
 
 
-def test_healthy_scales_in_after_the_stabilization_window() -> None:
-    memory = settled(service_rate=6.0)
-    decision = decide(spec(), light_load(pods=8), PolicyState(fleet(replicas=8), memory), NOW)
-    assert decision.reason_code == "ScaleDown"
+def test_healthy_scales_in_to_the_models_count_after_the_stabilization_window() -> None:
+    decision = decide(spec(), light_load(pods=8), PolicyState(fleet(replicas=8), learned()), NOW)
+    assert decision.reason_code is Reason.SCALE_DOWN
     assert 4 <= decision.replicas < 8  # at most half at a time
     assert decision.memory_if_applied.last_scale_down_at == NOW
 
 
 def test_healthy_scale_in_waits_for_history() -> None:
-    memory = PolicyMemory(first_seen_at=NOW - 60, service_rate=6.0)
+    memory = replace(learned(), first_seen_at=NOW - 60)
     decision = decide(spec(), light_load(pods=8), PolicyState(fleet(replicas=8), memory), NOW)
-    assert not decision.acts and decision.reason_code == "HoldStabilizing"
+    assert not decision.acts and decision.reason_code is Reason.HOLD_STABILIZING
 
 
 def test_scale_in_never_below_the_highest_recent_recommendation() -> None:
-    from slascaler.policy.state import Recommendation
-
-    memory = settled(service_rate=6.0, recommendations=(Recommendation(NOW - 100, 7),))
+    memory = learned(recommendations=(Recommendation(NOW - 100, 7),))
     decision = decide(spec(), light_load(pods=8), PolicyState(fleet(replicas=8), memory), NOW)
     assert decision.replicas == 7
 
@@ -294,12 +373,14 @@ def test_idle_goes_to_min_after_the_window_and_stops_there() -> None:
 
 
 def test_decisions_are_deterministic() -> None:
-    state = PolicyState(fleet(), settled())
+    state = PolicyState(fleet(), learned())
     assert decide(spec(), high_load(), state, NOW) == decide(spec(), high_load(), state, NOW)
 
 
-def test_max_unavailable_resolves_as_the_deployment_controller_does() -> None:
+def test_rollout_limits_resolve_as_the_deployment_controller_does() -> None:
     assert resolve_max_unavailable(DEFAULT_MAX_UNAVAILABLE, 7) == 1  # 25% of 7, rounded down
     assert resolve_max_unavailable("25%", 3) == 0
     assert resolve_max_unavailable("50%", 5) == 2
     assert resolve_max_unavailable(2, 5) == 2
+    assert resolve_max_surge("25%", 3) == 1  # rounded up
+    assert resolve_max_surge(0, 3) == 0

@@ -58,6 +58,17 @@ class Observation:
     kv_cache_usage_now: float = math.nan
     # Each serving pod's latest forward pass (Dynamo's per-iteration worker stats).
     forward_passes: tuple[ForwardPass, ...] = field(default=())
+    # Token work over the window, summed over pods (tokens/s): prompt tokens the engines
+    # computed (after the prefix cache: vLLM's prompt_tokens_total − prompt_tokens_cached_total)
+    # and tokens they generated (generation_tokens_total).
+    prompt_token_rate: float = math.nan
+    generation_token_rate: float = math.nan
+    # The last `recent_window_s` seconds of the window, so that a burst is seen before a
+    # whole window of TTFT shows it: first tokens per second, and the change of the
+    # waiting requests per second (positive: a backlog is building).
+    recent_window_s: float = 0.0
+    recent_request_rate: float = math.nan
+    recent_waiting_growth: float = math.nan
     problems: tuple[str, ...] = field(default=())
     # The source could not be asked at all (unreachable, timed out): the reason, for the user.
     source_error: str | None = None

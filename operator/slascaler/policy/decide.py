@@ -1,27 +1,24 @@
-"""The decision rules: from one observation to a safe, explained Decision.
-
-Ordered steps, each with a machine-readable reason code (as HPA's normalisation steps):
+"""The policy as a pipeline: one observation in, one safe, explained Decision out.
 
 1. **Conflict** — another autoscaler targets the Deployment: leave it alone entirely.
-2. **Bounds** — replicas and knobs are brought into the spec's bounds (the only change made
-   without metrics: it is the user's declared intent, not an inference from data).
-3. **Data** — no observation, missing or NaN series, a stale window or too few requests:
-   hold, and say which.
-4. **Regime** (`model.regime`) selects the rule:
-   - QueueBound → scale out to the count the queueing model needs (rate-limited; not while
-     pods of the last scale-up are starting, nor within the scale-up cooldown); at the
-     replica limit or with unschedulable pods → CapacityLimited, and raise max batch size
-     if the batch limit is what binds and ITL has headroom;
-   - PrefillBound → never add replicas; raise chunk size (sized by `model.chunking`) if ITL
-     has headroom, or report the SLA infeasible at the largest chunk;
-   - DecodeBound → lower max batch size (sized by the fitted latency-vs-batch line) or chunk
-     size when TTFT has headroom, else add a replica;
-   - Healthy / Idle → scale in after the stabilization window, to the highest count
-     recommended during it, never below min and at most a quarter at a time.
-5. **Knob rate limit** — knob changes roll the Deployment: only after the knob cooldown and
-   never during a rollout.
+2. **Bounds** — replicas and knobs into the spec's bounds (the only change made without
+   metrics: it is the user's declared intent, not an inference from data).
+3. **Data** — no observation, a failing source, a stale window, missing or NaN series, or
+   too few requests: hold, and say which (`MetricsAvailable`).
+4. **Learn** — the window's load and latencies go into the memory (`policy.learning`).
+5. **Regime and rule** — the regime (`model.regime`, checked against the latency model:
+   a TTFT over its objective that less contention would bring under it is QueueBound) picks
+   the rule (`policy.rules`), which proposes replicas (sized for the load: `policy.sizing`)
+   and knob values, each with its reason.
+6. **Steps** (`policy.steps`) — bounds → GPU capacity → rate limit → starting pods →
+   scale-up cooldown → stabilization for replicas; at the capacity limit a larger max batch
+   size; then the knob gate (rollout, cooldown, capacity to roll with).
+7. **Decision** — the changes, each with the reason that made it; the decision's reason
+   code is its largest change's (replicas before knobs, and a surge after the knob it
+   serves), or the step that held a change back.
 
-Called by the Kopf wiring and the simulator's control loop.
+Pure: no I/O and no clock (`now` is an argument). Called by the operator's reconcile loop
+(and so by the simulator, which runs that loop).
 """
 
 from __future__ import annotations
@@ -29,78 +26,84 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from slascaler.model.batching import LinearFit, fit_line, largest_batch_within
-from slascaler.model.chunking import (
-    candidate_chunk_sizes,
-    choose_chunk_size,
-    estimate_step_cost,
-)
 from slascaler.model.observation import Observation
-from slascaler.model.queueing import (
-    QueueModel,
-    calibrate_service_rate,
-    replicas_needed,
-    service_distribution,
-)
 from slascaler.model.regime import Regime, RegimeAnalysis, analyze_observation
-from slascaler.policy.decision import Change, Condition, Decision, Knob, Status
+from slascaler.policy import steps
+from slascaler.policy.decision import Change, Condition, Decision, Status
+from slascaler.policy.knobs import KNOBS
+from slascaler.policy.learning import learn, window_load
+from slascaler.policy.reasons import Reason
+from slascaler.policy.rules import RULES, Context, Proposal
+from slascaler.policy.sizing import Sizing, size, sustainable_rate
 from slascaler.policy.state import PolicyMemory, PolicyState
 from slascaler.policy.tunables import Tunables
-from slascaler.spec import Bounds, SLASpec
+from slascaler.spec import SLASpec
 
 DEFAULT_TUNABLES = Tunables()
 
+# Which change names the decision: the user's bounds first, then replicas, then knobs; a
+# replica change made for a knob's rollout comes after that knob.
+_PRIORITY = {
+    Reason.BOUNDS_ENFORCED: 0,
+    Reason.SCALE_UP: 1,
+    Reason.SCALE_DOWN: 1,
+    Reason.RAISE_CHUNK_FOR_PREFILL: 2,
+    Reason.LOWER_BATCH_FOR_ITL: 2,
+    Reason.LOWER_CHUNK_FOR_ITL: 2,
+    Reason.RAISE_BATCH_AT_CAPACITY: 2,
+    Reason.SURGE_FOR_ROLLOUT: 3,
+    Reason.DROP_PENDING_PODS: 3,
+}
+
 
 @dataclass
-class _Draft:
-    """The decision being built; local to one call of `decide`."""
+class _Outcome:
+    """The decision being assembled (local to one call of `decide`)."""
 
     spec: SLASpec
     state: PolicyState
     now: float
-    tunables: Tunables
+    memory: PolicyMemory
     replicas: int
-    max_batch_size: int | None
-    chunk_size: int | None
-    regime: Regime = Regime.UNKNOWN
-    reason_code: str = "NoChange"
-    reasons: list[str] = field(default_factory=list)
+    knobs: dict[str, int | None]
+    reasons: dict[str, Reason] = field(default_factory=dict)  # per changed knob / replicas
+    texts: list[str] = field(default_factory=list)
+    holds: list[steps.Limit] = field(default_factory=list)
     conditions: dict[str, Condition] = field(default_factory=dict)
+    regime: Regime = Regime.UNKNOWN
     analysis: RegimeAnalysis | None = None
-    memory: PolicyMemory = field(default_factory=PolicyMemory)
+    wanted: int | None = None
+    sustainable: float | None = None
 
-    def say(self, code: str, reason: str) -> None:
-        """Record a reason; the first code that is not a plain note names the decision."""
-        if self.reason_code == "NoChange":
-            self.reason_code = code
-        self.reasons.append(reason)
+    def hold(self, limit: steps.Limit) -> None:
+        self.holds.append(limit)
+        self.texts.append(limit.text)
+        if limit.condition is not None:
+            kind, reason = limit.condition
+            self.set(kind, Status.TRUE, reason, limit.text)
 
-    def note(self, reason: str) -> None:
-        """Record context for the reason without naming the decision by it."""
-        self.reasons.append(reason)
-
-    def set(self, condition_type: str, status: Status, reason: str, message: str) -> None:
-        self.conditions[condition_type] = Condition(condition_type, status, reason, message)
-
-    def flag(
-        self, condition_type: str, status: Status, reason: str, code: str, message: str
-    ) -> None:
-        """Set a condition and give the same message as the decision's reason."""
-        self.set(condition_type, status, reason, message)
-        self.say(code, message)
+    def set(self, kind: str, status: Status, reason: str, message: str) -> None:
+        self.conditions[kind] = Condition(kind, status, reason, message)
 
     def finish(self) -> Decision:
         fleet = self.state.fleet
         changes: list[Change] = []
         if self.replicas != fleet.spec_replicas:
-            changes.append(Change("replicas", fleet.spec_replicas, self.replicas))
-        knobs: tuple[tuple[Knob, int | None, int | None], ...] = (
-            ("maxBatchSize", fleet.max_batch_size, self.max_batch_size),
-            ("chunkSize", fleet.chunk_size, self.chunk_size),
-        )
-        for knob, old, new in knobs:
-            if new is not None and new != old:
-                changes.append(Change(knob, old, new))
+            reason = self.reasons.get("replicas") or (
+                Reason.SCALE_UP if self.replicas > fleet.spec_replicas else Reason.SCALE_DOWN
+            )
+            changes.append(Change("replicas", fleet.spec_replicas, self.replicas, reason))
+        for knob in KNOBS:
+            new = self.knobs.get(knob.name)
+            if new is not None and new != fleet.knob(knob.name):
+                reason = self.reasons.get(knob.name, Reason.BOUNDS_ENFORCED)
+                changes.append(Change(knob.name, fleet.knob(knob.name), new, reason))
+        changes.sort(key=lambda c: _PRIORITY.get(c.reason, 2))
+        if changes:
+            code = changes[0].reason
+        else:
+            code = next((h.reason for h in self.holds if h.reason not in _ANNOTATIONS),
+                        Reason.NO_CHANGE)  # fmt: skip
         applied = self.memory
         if self.replicas > fleet.spec_replicas:
             applied = replace(applied, last_scale_up_at=self.now)
@@ -108,31 +111,31 @@ class _Draft:
             applied = replace(applied, last_scale_down_at=self.now)
         if any(c.knob != "replicas" for c in changes):
             applied = replace(applied, last_knob_change_at=self.now)
-        for condition_type in ("Conflict", "MetricsAvailable", "CapacityLimited"):
-            if condition_type not in self.conditions:
-                self.set(condition_type, Status.FALSE, "AsExpected", "")
-        if "SLAMet" not in self.conditions:
-            self.set("SLAMet", Status.UNKNOWN, "NoData", "no window to judge the SLA by")
+        for kind in ("Conflict", "MetricsAvailable", "CapacityLimited"):
+            self.conditions.setdefault(kind, Condition(kind, Status.FALSE, "AsExpected", ""))
+        self.conditions.setdefault(
+            "SLAMet", Condition("SLAMet", Status.UNKNOWN, "NoData", "no window to judge the SLA by")
+        )
         self.set("Ready", Status.TRUE, "Reconciled", "the policy evaluated this window")
         return Decision(
             regime=self.regime,
             replicas=self.replicas,
-            max_batch_size=self.max_batch_size,
-            chunk_size=self.chunk_size,
-            reason_code=self.reason_code,
-            reason="; ".join(self.reasons) or "no change needed",
+            max_batch_size=self.knobs.get("maxBatchSize"),
+            chunk_size=self.knobs.get("chunkSize"),
+            reason_code=code,
+            reason="; ".join(t for t in self.texts if t) or "no change needed",
             conditions=tuple(self.conditions.values()),
             changes=tuple(changes),
             memory_if_applied=applied,
             memory_if_held=self.memory,
             analysis=self.analysis,
+            wanted_replicas=self.wanted,
+            sustainable_rate=self.sustainable,
         )
 
 
-def _clamp_knob(bounds: Bounds | None, value: int | None) -> int | None:
-    if bounds is None or value is None:
-        return value
-    return bounds.clamp(value)
+# Limits that describe a change rather than hold one back (rate limit, stabilized step).
+_ANNOTATIONS = frozenset({Reason.SCALE_UP, Reason.SCALE_DOWN})
 
 
 def decide(
@@ -144,28 +147,28 @@ def decide(
 ) -> Decision:
     """The decision for one window. Pure: the same inputs always give the same decision."""
     fleet = state.fleet
-    draft = _Draft(
-        spec=spec,
-        state=state,
-        now=now,
-        tunables=tunables,
-        replicas=fleet.spec_replicas,
-        max_batch_size=fleet.max_batch_size,
-        chunk_size=fleet.chunk_size,
-        memory=state.memory,
-    )
+    out = _Outcome(
+        spec, state, now, state.memory, fleet.spec_replicas,
+        {k.name: fleet.knob(k.name) for k in KNOBS},
+    )  # fmt: skip
     if fleet.other_autoscaler:
         message = (
             f"{fleet.other_autoscaler} also targets {spec.target.name}; slascaler leaves it "
             "alone until that autoscaler is removed"
         )
-        draft.flag("Conflict", Status.TRUE, "OtherAutoscaler", "HoldConflict", message)
-        return draft.finish()
+        out.set("Conflict", Status.TRUE, "OtherAutoscaler", message)
+        out.hold(steps.Limit(Reason.HOLD_CONFLICT, message))
+        return out.finish()
 
-    _enforce_bounds(draft)
-    if not _data_usable(draft, observation):
-        return draft.finish()
-    assert observation is not None  # _data_usable returned False otherwise
+    _bounds(out)
+    problem = _data_problem(spec, observation, now, tunables)
+    if problem is not None or observation is None:
+        if problem is not None:
+            code, condition_reason, message = problem
+            out.set("MetricsAvailable", Status.FALSE, condition_reason, message)
+            out.hold(steps.Limit(code, message))
+        return out.finish()
+    out.set("MetricsAvailable", Status.TRUE, "Available", "")
     analysis = analyze_observation(
         observation,
         percentile=spec.ttft.percentile,
@@ -174,590 +177,203 @@ def decide(
         itl_objective_ms=spec.itl.threshold_ms if spec.itl else None,
         min_requests=tunables.min_requests,
     )
-    draft.analysis = analysis
-    draft.regime = analysis.regime
+    out.analysis = analysis
     if analysis.regime is Regime.UNKNOWN:
-        draft.set("MetricsAvailable", Status.TRUE, "Available", "")
-        draft.set("SLAMet", Status.UNKNOWN, "TooFewRequests", analysis.explanation)
-        draft.say("HoldTooFewRequests", analysis.explanation)
-        return draft.finish()
-    draft.set("MetricsAvailable", Status.TRUE, "Available", "")
-    _judge_sla(draft, analysis)
+        out.set("SLAMet", Status.UNKNOWN, "TooFewRequests", analysis.explanation)
+        out.hold(steps.Limit(Reason.HOLD_TOO_FEW_REQUESTS, analysis.explanation))
+        return out.finish()
 
-    service_rate = _calibrated_service_rate(draft, observation, analysis)
-    pods = max(1, observation.reporting_pods or fleet.ready_replicas)
-    batch_point = None
-    if math.isfinite(analysis.itl_ms) and math.isfinite(observation.running):
-        batch_point = (observation.running / pods, analysis.itl_ms)
+    load = window_load(observation, tunables.use_short_window)
+    memory = state.memory
+    if load is not None:
+        memory = learn(spec, fleet, memory, observation, analysis, load, now, tunables)
+    memory = _with_batch_point(memory, observation, analysis, tunables)
+    sizing = size(spec, memory, load, now, tunables) if load is not None else None
+    if sizing is not None:
+        memory = replace(memory, forecast=memory.forecast or sizing.forecast)
+        out.sustainable = sustainable_rate(sizing, load) if load is not None else None
+    regime = _regime(analysis, sizing)
+    out.regime = regime
+    out.texts.append(_explanation(analysis, regime))
+    _judge_sla(out, analysis)
+    ctx = Context(
+        spec, fleet, memory, observation, analysis, load, sizing, now, tunables,
+        out.replicas, dict(out.knobs), regime,
+    )  # fmt: skip
+    proposal = RULES[regime](ctx)
+    for reason, text in proposal.holds:
+        out.hold(steps.Limit(reason, text))
+        if reason is Reason.PREFILL_INFEASIBLE:
+            out.set("SLAMet", Status.FALSE, "InfeasibleForPrompts", text)
+    if proposal.why:
+        out.texts.append(proposal.why)
+    _replicas(out, ctx, proposal, sizing, memory)
+    return out.finish()
 
-    recommendation = _apply_regime_rule(draft, observation, analysis, service_rate)
-    draft.memory = draft.memory.remembering(
-        now=now,
-        recommendation=recommendation,
-        window_s=spec.behavior.scale_down_stabilization_s,
-        batch_point=batch_point,
-        service_rate=service_rate,
-        keep_points=tunables.batch_points_kept,
-    )
-    _stabilize_scale_down(draft)
-    return draft.finish()
 
-
-def _enforce_bounds(draft: _Draft) -> None:
-    spec, fleet = draft.spec, draft.state.fleet
+def _bounds(out: _Outcome) -> None:
+    spec, fleet = out.spec, out.state.fleet
     bounded = spec.replicas.clamp(fleet.spec_replicas)
     if bounded != fleet.spec_replicas:
-        draft.replicas = bounded
-        draft.say(
-            "BoundsEnforced",
+        out.replicas = bounded
+        out.reasons["replicas"] = Reason.BOUNDS_ENFORCED
+        out.texts.append(
             f"replicas {fleet.spec_replicas} outside spec.replicas "
-            f"[{spec.replicas.min}, {spec.replicas.max}]: set to {bounded}",
+            f"[{spec.replicas.min}, {spec.replicas.max}]: set to {bounded}"
         )
-    for knob, bounds, value in (
-        ("maxBatchSize", spec.max_batch_size, fleet.max_batch_size),
-        ("chunkSize", spec.chunk_size, fleet.chunk_size),
-    ):
-        clamped = _clamp_knob(bounds, value)
-        if clamped != value and bounds is not None:
-            draft.say(
-                "BoundsEnforced",
-                f"{knob} {value} outside spec.knobs.{knob} [{bounds.min}, {bounds.max}]: "
-                f"set to {clamped}",
-            )
-            if knob == "maxBatchSize":
-                draft.max_batch_size = clamped
-            else:
-                draft.chunk_size = clamped
+    for knob in KNOBS:
+        bounds, value = knob.bounds(spec), fleet.knob(knob.name)
+        if bounds is None or value is None or bounds.contains(value):
+            continue
+        clamped = bounds.clamp(value)
+        out.knobs[knob.name] = clamped
+        out.reasons[knob.name] = Reason.BOUNDS_ENFORCED
+        out.texts.append(
+            f"{knob.name} {value} outside spec.knobs.{knob.name} [{bounds.min}, {bounds.max}]: "
+            f"set to {clamped}"
+        )
 
 
-def _data_usable(draft: _Draft, observation: Observation | None) -> bool:
-    """False (and a hold with the reason) when the window cannot be decided on."""
+def _data_problem(
+    spec: SLASpec, observation: Observation | None, now: float, tunables: Tunables
+) -> tuple[Reason, str, str] | None:
+    """(hold reason, condition reason, message) when the window cannot be decided on."""
     if observation is None:
-        message = "no observation could be made (metrics source unreachable?)"
-        draft.flag(
-            "MetricsAvailable", Status.FALSE, "NoObservation", "HoldMetricsUnavailable", message
-        )
-        return False
+        return (Reason.HOLD_METRICS_UNAVAILABLE, "NoObservation",
+                "no observation could be made (metrics source unreachable?)")  # fmt: skip
     if observation.source_error is not None:
-        draft.flag(
-            "MetricsAvailable",
-            Status.FALSE,
-            "SourceUnavailable",
-            "HoldMetricsUnavailable",
-            f"holding: {observation.source_error}",
-        )
-        return False
-    age = draft.now - observation.observed_at
-    if age > draft.tunables.max_observation_age_s:
-        message = (
-            f"the latest observation is {age:.0f} s old "
-            f"(limit {draft.tunables.max_observation_age_s:.0f} s)"
-        )
-        draft.flag("MetricsAvailable", Status.FALSE, "Stale", "HoldMetricsStale", message)
-        return False
-    missing = observation.missing_inputs(need_itl=draft.spec.itl is not None)
+        return (Reason.HOLD_METRICS_UNAVAILABLE, "SourceUnavailable",
+                f"holding: {observation.source_error}")  # fmt: skip
+    age = now - observation.observed_at
+    if age > tunables.max_observation_age_s:
+        return (Reason.HOLD_METRICS_STALE, "Stale",
+                f"the latest observation is {age:.0f} s old (limit "
+                f"{tunables.max_observation_age_s:.0f} s)")  # fmt: skip
+    missing = observation.missing_inputs(need_itl=spec.itl is not None)
     if missing:
-        message = "; ".join(missing)
-        draft.set("MetricsAvailable", Status.FALSE, "MissingSeries", message)
-        draft.say("HoldMetricsMissing", f"holding: {message}")
-        return False
-    return True
+        return (Reason.HOLD_METRICS_MISSING, "MissingSeries",
+                f"holding: {'; '.join(missing)}")  # fmt: skip
+    return None
 
 
-def _judge_sla(draft: _Draft, analysis: RegimeAnalysis) -> None:
+def _regime(analysis: RegimeAnalysis, sizing: Sizing | None) -> Regime:
+    """The regime, with the latency model's word on whether replicas can help.
+
+    The counterfactual of `model.regime` (the percentile without queue time) counts as
+    intrinsic the prefill time that contention stretched; the latency model separates the
+    two, so where it says less contention would meet the objective, replicas help.
+    """
+    regime = analysis.regime
+    if sizing is None or sizing.model is None:
+        return regime
+    if regime is Regime.PREFILL_BOUND and sizing.feasible:
+        return Regime.QUEUE_BOUND
+    if regime is Regime.QUEUE_BOUND and not sizing.feasible:
+        return Regime.PREFILL_BOUND
+    return regime
+
+
+def _explanation(analysis: RegimeAnalysis, regime: Regime) -> str:
+    if regime is analysis.regime:
+        return analysis.explanation
+    if regime is Regime.QUEUE_BOUND:
+        return (
+            f"{analysis.explanation.split(';')[0]}; the latency model says less contention "
+            "would meet it"
+        )
+    return (
+        f"{analysis.explanation.split(';')[0]}; the latency model says even an idle replica "
+        "would miss it"
+    )
+
+
+def _judge_sla(out: _Outcome, analysis: RegimeAnalysis) -> None:
     if analysis.regime is Regime.IDLE:
-        draft.set("SLAMet", Status.TRUE, "Idle", "no requests in the window")
-        return
-    if analysis.ttft_over or analysis.itl_over:
-        draft.set("SLAMet", Status.FALSE, "ObjectiveMissed", analysis.explanation)
+        out.set("SLAMet", Status.TRUE, "Idle", "no requests in the window")
+    elif analysis.ttft_over or analysis.itl_over:
+        out.set("SLAMet", Status.FALSE, "ObjectiveMissed", analysis.explanation)
     else:
-        draft.set("SLAMet", Status.TRUE, "ObjectivesMet", analysis.explanation)
+        out.set("SLAMet", Status.TRUE, "ObjectivesMet", analysis.explanation)
 
 
-def _calibrated_service_rate(
-    draft: _Draft, observation: Observation, analysis: RegimeAnalysis
-) -> float | None:
-    """μ per replica from this window's queueing, or the remembered one.
-
-    When the replicas' batches are full over the window (requests running per replica at the
-    max batch size) every slot is busy: the fleet serves at capacity, c·μ, so μ = served
-    rate / c. That holds while a backlog builds up and while it drains. Inverting the
-    steady-state mean wait instead would read a transient backlog's wait as a slow server
-    and under-estimate μ, over-sizing the scale-up and, remembered, delaying the scale-in.
-    Waiting requests alone do not show saturation: a backlog queued at one replica stays
-    there (requests are routed on arrival) while the others have free slots.
-    The inversion is used for the mild queueing of a fleet below saturation.
-    """
-    servers = observation.reporting_pods or draft.state.fleet.ready_replicas
-    batch = draft.state.fleet.max_batch_size
-    running = observation.running / servers if servers > 0 else math.nan
-    saturated = (
-        batch is not None
-        and math.isfinite(running)
-        and running >= draft.tunables.batch_saturation * batch
+def _with_batch_point(
+    memory: PolicyMemory, observation: Observation, analysis: RegimeAnalysis, tunables: Tunables
+) -> PolicyMemory:
+    """(running per replica, ITL) for the latency-vs-batch fit of the batch knob."""
+    if not (math.isfinite(analysis.itl_ms) and math.isfinite(observation.running)):
+        return memory
+    point = (observation.running / max(1, observation.reporting_pods), analysis.itl_ms)
+    return replace(
+        memory, batch_points=(*memory.batch_points, point)[-tunables.batch_points_kept :]
     )
-    if saturated and observation.request_rate > 0:
-        return observation.request_rate / servers
-    # A request that arrives mid-step waits for the step to end even with slots free: a queue
-    # time of about one engine step is scheduling, not contention, and says nothing of μ.
-    step_ms = observation.itl.mean if observation.itl is not None and observation.itl.count else 0
-    queue_ms = analysis.component_means_ms["queue"]
-    if not queue_ms > draft.tunables.step_alignment_steps * max(step_ms, 1.0):
-        return draft.memory.service_rate
-    calibrated = calibrate_service_rate(observation.request_rate, servers, queue_ms)
-    return calibrated if calibrated is not None else draft.memory.service_rate
 
 
-def _running_per_pod(observation: Observation) -> float:
-    """Requests running per pod that reported, averaged over the window."""
-    return observation.running / max(1, observation.reporting_pods)
-
-
-def _apply_regime_rule(
-    draft: _Draft, observation: Observation, analysis: RegimeAnalysis, service_rate: float | None
-) -> int:
-    """Run the rule of the regime; return the replica count recommended for this window."""
-    draft.note(analysis.explanation)
-    if analysis.regime is Regime.QUEUE_BOUND:
-        return _queue_bound(draft, observation, analysis, service_rate)
-    if analysis.regime is Regime.PREFILL_BOUND:
-        _prefill_bound(draft, observation, analysis)
-        return draft.replicas
-    if analysis.regime is Regime.DECODE_BOUND:
-        return _decode_bound(draft, observation, analysis)
-    return _scale_in_candidate(draft, observation, analysis, service_rate)
-
-
-def _offered_rate(observation: Observation, horizon_s: float) -> float:
-    """Requests/s to size for: those served, plus draining the backlog within `horizon_s`.
-
-    In overload the served rate is capped at the fleet's capacity and hides the arrivals;
-    the requests waiting now are the part of the load it did not serve. The horizon is the
-    scale-up cooldown: the backlog should be gone before the next scale-up could be made.
-    """
-    backlog = max(
-        value
-        for value in (observation.waiting, observation.waiting_now, 0.0)
-        if math.isfinite(value)
-    )
-    return observation.request_rate + backlog / max(15.0, horizon_s)
-
-
-def _sized_replicas(
-    draft: _Draft,
-    observation: Observation,
-    analysis: RegimeAnalysis,
-    service_rate: float | None,
-    objective_fraction: float,
-) -> int | None:
-    """Replicas the queueing model needs for the objective × fraction; None if it cannot say."""
-    if service_rate is None or observation.prefill is None or observation.request_rate <= 0:
-        return None
-    model = QueueModel(
-        _offered_rate(observation, draft.spec.behavior.scale_up_cooldown_s), service_rate
-    )
-    service = service_distribution(
-        observation.prefill,
-        analysis.component_means_ms["tokenization"],
-        draft.tunables.service_cells_per_bucket,
-    )
-    sizing = replicas_needed(
-        model,
-        draft.spec.ttft.threshold_ms * objective_fraction,
-        1.0 - draft.spec.ttft.quantile,
-        service,
-        limit=draft.spec.replicas.max * 4,
-    )
-    return sizing.replicas
-
-
-def _scale_up_blocked(draft: _Draft) -> bool:
-    """True (with the reason) when no new scale-up may start now."""
-    fleet, memory, behavior = draft.state.fleet, draft.memory, draft.spec.behavior
-    if fleet.starting_pods > 0:
-        draft.say(
-            "HoldPodsStarting",
-            f"{fleet.starting_pods} pods of the last scale-up are still starting: "
-            "no new scale-up until they are ready",
-        )
-        return True
-    if (
-        memory.last_scale_up_at is not None
-        and draft.now - memory.last_scale_up_at < behavior.scale_up_cooldown_s
-    ):
-        remaining = behavior.scale_up_cooldown_s - (draft.now - memory.last_scale_up_at)
-        draft.say("HoldScaleUpCooldown", f"scale-up cooldown: {remaining:.0f} s left")
-        return True
-    return False
-
-
-def _scale_up_to(draft: _Draft, wanted: int, why: str) -> int:
-    """Scale up towards `wanted` within rate and replica limits; returns the recommendation."""
-    fleet, spec, tunables = draft.state.fleet, draft.spec, draft.tunables
-    current = draft.replicas
-    rate_limit = max(
-        math.ceil(current * tunables.scale_up_max_factor), current + tunables.scale_up_min_pods
-    )
-    target = min(max(wanted, current + 1), rate_limit)
-    if fleet.unschedulable_pods > 0:
-        message = (
-            f"{fleet.unschedulable_pods} pods cannot be scheduled (no GPU left): "
-            f"not adding replicas; {why}"
-        )
-        draft.flag("CapacityLimited", Status.TRUE, "Unschedulable", "CapacityLimited", message)
-        draft.memory = replace(
-            draft.memory,
-            gpu_limit=max(1, current - fleet.unschedulable_pods),
-            gpu_limit_at=draft.now,
-        )
-        return current
-    memory = draft.memory
-    if (
-        memory.gpu_limit is not None
-        and memory.gpu_limit_at is not None
-        and draft.now - memory.gpu_limit_at < tunables.gpu_limit_memory_s
-    ):
-        # The GPUs held this many replicas a moment ago: asking for more would only make
-        # Pending pods again. Retried once the memory expires (GPUs may have been freed).
-        since = draft.now - memory.gpu_limit_at
-        retry = tunables.gpu_limit_memory_s - since
-        if current >= memory.gpu_limit:
-            message = (
-                f"the GPUs held {memory.gpu_limit} replicas {since:.0f} s ago: not adding "
-                f"replicas for {retry:.0f} s more; {why}"
-            )
-            draft.flag("CapacityLimited", Status.TRUE, "GPUsExhausted", "CapacityLimited", message)
-            return current
-        target = min(target, memory.gpu_limit)
-    if current >= spec.replicas.max:
-        message = f"at spec.replicas.max = {spec.replicas.max}; {why}"
-        draft.flag("CapacityLimited", Status.TRUE, "AtMaxReplicas", "CapacityLimited", message)
-        return current
-    if target > spec.replicas.max:
-        draft.set(
-            "CapacityLimited",
-            Status.TRUE,
-            "AtMaxReplicas",
-            f"needs {wanted} replicas, spec.replicas.max is {spec.replicas.max}",
-        )
-        target = spec.replicas.max
-    if _scale_up_blocked(draft):
-        return max(current, min(wanted, spec.replicas.max))
-    draft.replicas = target
-    limited = " (rate-limited)" if target < wanted and target == rate_limit else ""
-    draft.say("ScaleUp", f"replicas {current}→{target}{limited}: {why}")
-    return target
-
-
-def _queue_bound(
-    draft: _Draft, observation: Observation, analysis: RegimeAnalysis, service_rate: float | None
-) -> int:
-    current = draft.replicas
-    sized = _sized_replicas(
-        draft, observation, analysis, service_rate, draft.tunables.sizing_margin
-    )
-    if sized is not None:
-        why = (
-            f"the queueing model (μ = {service_rate:.2f} req/s per replica at "
-            f"λ = {_offered_rate(observation, draft.spec.behavior.scale_up_cooldown_s):.2f} "
-            f"req/s) needs {sized} replicas for TTFT "
-            f"p{draft.spec.ttft.percentile:g} ≤ "
-            f"{draft.spec.ttft.threshold_ms * draft.tunables.sizing_margin:.0f} ms"
-        )
-        wanted = sized
-    else:
-        pressure = analysis.ttft_ms / draft.spec.ttft.threshold_ms
-        wanted = math.ceil(current * pressure) if math.isfinite(pressure) else current * 2
-        why = (
-            "no queueing-model calibration yet: proportional step "
-            f"(TTFT at {pressure:.1f}× its objective)"
-            if math.isfinite(pressure)
-            else "requests are waiting and none was served: doubling"
-        )
-    recommendation = _scale_up_to(draft, wanted, why)
-    capacity = draft.conditions.get("CapacityLimited")
-    if capacity is not None and capacity.status is Status.TRUE:
-        _raise_batch_at_capacity(draft, observation, analysis)
-    return recommendation
-
-
-def _knob_blocked(draft: _Draft, knob: str) -> bool:
-    """True (with the reason) when a knob change may not roll the Deployment now."""
-    fleet, memory, behavior = draft.state.fleet, draft.memory, draft.spec.behavior
-    if fleet.rollout_in_progress:
-        draft.say("HoldRollout", f"a rollout is in progress: {knob} change deferred")
-        return True
-    if (
-        memory.last_knob_change_at is not None
-        and draft.now - memory.last_knob_change_at < behavior.knob_cooldown_s
-    ):
-        remaining = behavior.knob_cooldown_s - (draft.now - memory.last_knob_change_at)
-        draft.say(
-            "HoldKnobCooldown",
-            f"knob cooldown: {knob} may change again in {remaining:.0f} s",
-        )
-        return True
-    return False
-
-
-def _itl_headroom(draft: _Draft, analysis: RegimeAnalysis) -> bool:
-    if draft.spec.itl is None:
-        return True
-    return analysis.itl_ms <= draft.spec.itl.threshold_ms * draft.tunables.headroom
-
-
-def _ttft_headroom(draft: _Draft, analysis: RegimeAnalysis) -> bool:
-    return analysis.ttft_ms <= draft.spec.ttft.threshold_ms * draft.tunables.headroom
-
-
-def _raise_batch_at_capacity(
-    draft: _Draft, observation: Observation, analysis: RegimeAnalysis
+def _replicas(
+    out: _Outcome, ctx: Context, proposal: Proposal, sizing: Sizing | None, memory: PolicyMemory
 ) -> None:
-    bounds, current = draft.spec.max_batch_size, draft.max_batch_size
-    if bounds is None or current is None:
-        return
-    per_pod = _running_per_pod(observation)
-    if per_pod < current * draft.tunables.batch_saturation:
-        draft.say(
-            "BatchNotBinding",
-            f"{per_pod:.0f} requests run per replica, under the batch limit {current}: "
-            "raising it would not drain the queue",
-        )
-        return
-    if current >= bounds.max:
-        draft.say("BatchAtMax", f"maxBatchSize already at its maximum {bounds.max}")
-        return
-    if not _itl_headroom(draft, analysis):
-        draft.say(
-            "HoldNoITLHeadroom",
-            f"ITL {analysis.itl_ms:.0f} ms has no headroom to raise maxBatchSize",
-        )
-        return
-    if _knob_blocked(draft, "maxBatchSize"):
-        return
-    fleet = draft.state.fleet
-    if fleet.unschedulable_pods > 0:
-        # The rolling update that changes the flag needs a GPU: with none free, only a pod
-        # the rollout may take down makes room, and Pending pods would keep the rollout from
-        # ever counting as available. So: drop the Pending pods (they serve nothing), and
-        # change the flag only if the Deployment lets the rollout take a pod down.
-        if fleet.max_unavailable < 1:
-            draft.say(
-                "HoldNoRolloutRoom",
-                "raising maxBatchSize rolls the Deployment, and with no GPU free the rollout "
-                "can only proceed by taking a pod down: set the Deployment's "
-                "spec.strategy.rollingUpdate.maxUnavailable to 1 or more",
-            )
-            return
-        trimmed = max(draft.spec.replicas.min, draft.replicas - fleet.unschedulable_pods)
-        if trimmed < draft.replicas:
-            draft.note(
-                f"replicas {draft.replicas}→{trimmed}: {fleet.unschedulable_pods} Pending pods "
-                "serve nothing and would block the rollout"
-            )
-            draft.replicas = trimmed
-    target = math.ceil(current * draft.tunables.batch_step_up)
-    fit = _trusted_batch_fit(draft)
-    if fit is not None and draft.spec.itl is not None:
-        limit = largest_batch_within(fit, draft.spec.itl.threshold_ms * draft.tunables.headroom)
+    """Run the steps on the proposal and record the outcome in `out`."""
+    spec, fleet = out.spec, out.state.fleet
+    wanted = proposal.replicas
+    out.wanted = proposal.wanted
+    target, limit = steps.bounds(ctx, wanted)
+    capped = limit is not None
+    if limit is not None:
+        out.hold(limit)
+    memory = steps.remember_gpu_limit(ctx, memory)
+    target, limit = steps.gpu_capacity(ctx, target)
+    capped = capped or limit is not None
+    if limit is not None:
+        out.hold(limit)
+    recommended = target
+    for step in (steps.rate_limit,):
+        target, limit = step(ctx, target)
         if limit is not None:
-            target = min(target, limit)
-    target = bounds.clamp(max(target, current + 1))
-    draft.max_batch_size = target
-    draft.say(
-        "RaiseBatchAtCapacity",
-        f"maxBatchSize {current}→{target}: replicas are capped and the batch limit binds "
-        f"({per_pod:.0f} running per replica)",
-    )
-
-
-def _trusted_batch_fit(draft: _Draft) -> LinearFit | None:
-    fit = fit_line(draft.memory.batch_points)
-    if fit is None or fit.slope <= 0 or fit.r_squared < draft.tunables.min_fit_r_squared:
-        return None
-    return fit
-
-
-def _prefill_bound(draft: _Draft, observation: Observation, analysis: RegimeAnalysis) -> None:
-    bounds, current = draft.spec.chunk_size, draft.chunk_size
-    if bounds is None:
-        draft.say(
-            "PrefillBoundNoKnob",
-            "replicas cannot help a prefill-bound TTFT; declare spec.knobs.chunkSize to let "
-            "slascaler raise the chunked-prefill budget",
-        )
-        return
-    if current is None:
-        draft.say("PrefillBoundUnknownChunk", "the engine's chunk size flag could not be read")
-        return
-    if current >= bounds.max:
-        message = (
-            f"TTFT p{draft.spec.ttft.percentile:g} would be {analysis.without_queue_ms:.0f} ms "
-            f"even without queueing and chunkSize is at its maximum {bounds.max}: the SLA is "
-            "infeasible for these prompts"
-        )
-        draft.flag("SLAMet", Status.FALSE, "InfeasibleForPrompts", "PrefillInfeasible", message)
-        return
-    if not _itl_headroom(draft, analysis):
-        draft.say(
-            "HoldNoITLHeadroom",
-            f"raising chunkSize would lengthen ITL, already {analysis.itl_ms:.0f} ms",
-        )
-        return
-    if _knob_blocked(draft, "chunkSize"):
-        return
-    target, how = _chunk_target(draft, observation, analysis, current, bounds)
-    draft.chunk_size = target
-    draft.say("RaiseChunkForPrefill", f"chunkSize {current}→{target}: {how}")
-
-
-def _chunk_target(
-    draft: _Draft,
-    observation: Observation,
-    analysis: RegimeAnalysis,
-    current: int,
-    bounds: Bounds,
-) -> tuple[int, str]:
-    fallback = bounds.clamp(math.ceil(current * draft.tunables.chunk_step_up))
-    prompts, itl = observation.prompt_tokens, observation.itl
-    if prompts is None or prompts.total <= 0 or itl is None or itl.total <= 0:
-        return fallback, "no prompt-length histogram: doubling"
-    decode_tokens = _running_per_pod(observation)
-    cost = estimate_step_cost(
-        analysis.component_means_ms["prefill"], prompts.mean, current, decode_tokens, itl.mean
-    )
-    if cost is None:
-        return fallback, "step cost not identifiable from this window: doubling"
-    budget = draft.spec.ttft.threshold_ms - analysis.component_means_ms["tokenization"]
-    itl_limit = draft.spec.itl.threshold_ms * draft.tunables.headroom if draft.spec.itl else None
-    candidates = [c for c in candidate_chunk_sizes(bounds.min, bounds.max) if c > current]
-    prompt_tail = prompts.quantile(draft.spec.ttft.quantile)
-    choice = choose_chunk_size(prompt_tail, budget, itl_limit, decode_tokens, cost, candidates)
-    if choice is None:
-        return fallback, "no larger chunk keeps ITL within its objective by the model: one step"
-    met = "meets" if choice.meets_ttft else "is the closest to"
-    return choice.chunk_size, (
-        f"predicted prefill {choice.prefill_ms:.0f} ms for a p{draft.spec.ttft.percentile:g} "
-        f"prompt of {prompt_tail:.0f} tokens {met} the {budget:.0f} ms budget, ITL "
-        f"{choice.itl_ms:.0f} ms (step cost {cost.fixed_ms:.1f} ms + "
-        f"{cost.per_token_ms * 1000:.1f} µs/token)"
-    )
-
-
-def _decode_bound(draft: _Draft, observation: Observation, analysis: RegimeAnalysis) -> int:
-    assert draft.spec.itl is not None  # DecodeBound needs an ITL objective
-    ttft_headroom = _ttft_headroom(draft, analysis)
-    batch_bounds, batch = draft.spec.max_batch_size, draft.max_batch_size
-    chunk_bounds, chunk = draft.spec.chunk_size, draft.chunk_size
-    if (
-        ttft_headroom
-        and batch_bounds is not None
-        and batch is not None
-        and batch > batch_bounds.min
-    ):
-        if not _knob_blocked(draft, "maxBatchSize"):
-            # A limit above what runs per replica binds nothing: step down from what runs.
-            running = _running_per_pod(observation)
-            binding = min(batch, math.ceil(running)) if math.isfinite(running) else batch
-            target = math.floor(binding * draft.tunables.batch_step_down)
-            how = (
-                f"step ×{draft.tunables.batch_step_down:g} from the {binding} running per "
-                "replica (no trusted latency-vs-batch fit)"
+            out.texts.append(limit.text)
+    beyond = sizing.without_backlog if sizing is not None else None
+    target, limit = steps.starting_pods(ctx, target, beyond)
+    if limit is not None:
+        out.hold(limit)
+    target, limit = steps.scale_up_cooldown(ctx, target)
+    if limit is not None:
+        out.hold(limit)
+    memory = memory.recommending(out.now, recommended, spec.behavior.scale_down_stabilization_s)
+    target, limit = steps.stabilization(ctx, target, memory)
+    if limit is not None:
+        if limit.reason is Reason.SCALE_DOWN:
+            out.texts.append(limit.text)
+        else:
+            out.hold(limit)
+    if target != out.replicas:
+        out.replicas = target
+        out.reasons["replicas"] = proposal.replicas_reason if proposal.replicas_reason in (
+            Reason.SCALE_UP, Reason.SCALE_DOWN
+        ) else (Reason.SCALE_UP if target > fleet.spec_replicas else Reason.SCALE_DOWN)  # fmt: skip
+    knobs = dict(proposal.knobs)
+    if capped and ctx.regime is Regime.QUEUE_BOUND:
+        batch, limit = steps.batch_at_capacity(ctx)
+        if limit is not None:
+            out.hold(limit)
+        elif batch is not None:
+            knobs["maxBatchSize"] = (batch, Reason.RAISE_BATCH_AT_CAPACITY)
+            out.texts.append(
+                f"maxBatchSize {ctx.knobs.get('maxBatchSize')}→{batch}: replicas are capped "
+                f"and the batch limit binds ({ctx.running_per_pod():.0f} running per replica)"
             )
-            fit = _trusted_batch_fit(draft)
-            if fit is not None:
-                limit = largest_batch_within(
-                    fit, draft.spec.itl.threshold_ms * draft.tunables.headroom
-                )
-                if limit is not None and limit < batch:
-                    target = max(limit, math.floor(binding / 2))
-                    how = (
-                        f"fitted ITL ≈ {fit.intercept:.1f} + {fit.slope:.2f}·batch ms "
-                        f"(R² {fit.r_squared:.2f}, {fit.points} windows)"
-                    )
-            target = batch_bounds.clamp(min(target, batch - 1))
-            draft.max_batch_size = target
-            draft.say("LowerBatchForITL", f"maxBatchSize {batch}→{target}: {how}")
-        return draft.replicas
-    if (
-        ttft_headroom
-        and chunk_bounds is not None
-        and chunk is not None
-        and chunk > chunk_bounds.min
-    ):
-        if not _knob_blocked(draft, "chunkSize"):
-            target = chunk_bounds.clamp(chunk // 2)
-            draft.chunk_size = target
-            draft.say(
-                "LowerChunkForITL",
-                f"chunkSize {chunk}→{target}: shorter prefill chunks shorten the steps "
-                "that decodes share",
-            )
-        return draft.replicas
-    why = (
-        "ITL over its objective and TTFT has no headroom for a smaller batch: another replica "
-        "lowers the batch per replica"
-        if not ttft_headroom
-        else "ITL over its objective and no knob left to lower: another replica lowers the batch"
+    short = (
+        sizing is not None
+        and sizing.replicas is not None
+        and sizing.feasible
+        and sizing.replicas > fleet.provisioned
+        and not capped
     )
-    return _scale_up_to(draft, draft.replicas + 1, why)
-
-
-def _scale_in_candidate(
-    draft: _Draft, observation: Observation, analysis: RegimeAnalysis, service_rate: float | None
-) -> int:
-    """The replica count this Healthy/Idle window would allow (scale-down happens later)."""
-    spec, tunables, current = draft.spec, draft.tunables, draft.replicas
-    if analysis.regime is Regime.IDLE:
-        return spec.replicas.min
-    pods = max(1, observation.reporting_pods)
-    ttft_low = _ttft_headroom(draft, analysis)
-    itl_low = _itl_headroom(draft, analysis)
-    no_queue = observation.waiting / pods < tunables.no_queue_waiting_per_pod
-    if analysis.ttft_over or not (itl_low and no_queue):
-        return current
-    # With a calibrated queueing model: the count it needs (same margin as a scale-up, so the
-    # two agree), but at most one fewer while TTFT has no headroom. Without a model: one
-    # fewer, and only with TTFT headroom.
-    sized = _sized_replicas(draft, observation, analysis, service_rate, tunables.sizing_margin)
-    if sized is not None:
-        return spec.replicas.clamp(min(sized, current) if ttft_low else max(sized, current - 1))
-    return spec.replicas.clamp(current - 1 if ttft_low else current)
-
-
-def _stabilize_scale_down(draft: _Draft) -> None:
-    """Scale down only to the highest count recommended over the stabilization window."""
-    spec, memory, current = draft.spec, draft.memory, draft.replicas
-    if draft.replicas != draft.state.fleet.spec_replicas or draft.reason_code == "ScaleUp":
-        return
-    if not memory.recommendations:
-        return
-    window = spec.behavior.scale_down_stabilization_s
-    stabilized = max(r.replicas for r in memory.recommendations)
-    if stabilized >= current:
-        return
-    observed_for = draft.now - (
-        memory.first_seen_at if memory.first_seen_at is not None else draft.now
-    )
-    last_up = memory.last_scale_up_at
-    since_up = math.inf if last_up is None else draft.now - last_up
-    if observed_for < window or since_up < window:
-        waited = min(observed_for, since_up)
-        draft.say(
-            "HoldStabilizing",
-            f"could run {stabilized} replicas, but scale-down waits for {window:.0f} s of "
-            f"stable recommendations ({waited:.0f} s so far)",
-        )
-        return
-    if draft.state.fleet.starting_pods > 0 or draft.state.fleet.rollout_in_progress:
-        draft.say("HoldPodsStarting", "pods are still starting: scale-down deferred")
-        return
-    step_floor = current - max(1, math.floor(current * draft.tunables.scale_down_max_fraction))
-    target = spec.replicas.clamp(max(stabilized, step_floor))
-    draft.replicas = target
-    limited = f" (at most {current - step_floor} per step)" if target > stabilized else ""
-    draft.say(
-        "ScaleDown",
-        f"replicas {current}→{target}{limited}: {stabilized} is the highest count recommended "
-        f"over the last {window:.0f} s",
-    )
+    gate = steps.knob_gate(ctx, knobs, out.replicas, short)
+    if gate.limit is not None:
+        out.hold(gate.limit)
+    for name, (value, reason) in gate.knobs.items():
+        out.knobs[name] = value
+        out.reasons[name] = reason
+    if gate.replicas_reason is not None and gate.replicas != out.replicas:
+        out.replicas = gate.replicas
+        out.reasons["replicas"] = gate.replicas_reason
+        out.texts.append(gate.note)
+    out.memory = memory

@@ -1,25 +1,22 @@
 """A decision as data: what the fleet should look like, why, and the conditions to report.
 
-Built by `policy.decide`; executed by the actuation layer (operator) or the simulator's
-control loop, which re-validate it against the live Deployment before acting.
+Each `Change` carries the `Reason` that made it; the decision's reason code is the reason of
+its first change (replicas before knobs: the largest change), or, when nothing changes, the
+step that held a change back. Built by `policy.decide`; executed by the operator's
+reconcile loop, which re-validates it against the live Deployment before acting.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
 
 from slascaler.model.regime import Regime, RegimeAnalysis
+from slascaler.policy.knobs import KnobName
+from slascaler.policy.reasons import PACING, Reason
 from slascaler.policy.state import PolicyMemory
 
-Knob = Literal["replicas", "maxBatchSize", "chunkSize"]
-
-# Holds that only pace an earlier action (its pods or rollout still coming up, a cooldown):
-# every action would be followed by them, so they are said in the status, not as Events.
-PACING_HOLDS = frozenset(
-    {"HoldPodsStarting", "HoldScaleUpCooldown", "HoldKnobCooldown", "HoldRollout"}
-)
+Knob = KnobName  # "replicas" or an engine knob's name
 
 
 class Status(StrEnum):
@@ -43,6 +40,7 @@ class Change:
     knob: Knob
     old: int | None
     new: int
+    reason: Reason = Reason.NO_CHANGE
 
     def __str__(self) -> str:
         old = "unset" if self.old is None else str(self.old)
@@ -53,7 +51,8 @@ class Change:
 class Decision:
     """The fleet the policy wants, with the reason and conditions; changes are vs. the live one.
 
-    `reason_code` is machine-readable (CamelCase), `reason` names the numbers behind it.
+    `reason` names the numbers behind `reason_code`. `wanted_replicas` is what the load
+    calls for before the limits (rate, GPUs, starting pods, stabilization, bounds).
     `memory_if_applied` is the memory to carry forward once the changes are made;
     `memory_if_held` the one to carry when they are not (Recommend mode, a failed write).
     """
@@ -62,13 +61,15 @@ class Decision:
     replicas: int
     max_batch_size: int | None
     chunk_size: int | None
-    reason_code: str
+    reason_code: Reason
     reason: str
     conditions: tuple[Condition, ...]
     changes: tuple[Change, ...]
     memory_if_applied: PolicyMemory
     memory_if_held: PolicyMemory
     analysis: RegimeAnalysis | None = None
+    wanted_replicas: int | None = None
+    sustainable_rate: float | None = None  # requests/s one replica serves within the SLA
 
     @property
     def acts(self) -> bool:
@@ -77,7 +78,7 @@ class Decision:
     @property
     def pacing(self) -> bool:
         """True for a hold that only waits for an earlier action to take effect."""
-        return self.reason_code in PACING_HOLDS
+        return self.reason_code in PACING
 
     def condition(self, condition_type: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == condition_type), None)

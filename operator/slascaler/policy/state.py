@@ -5,13 +5,16 @@ unschedulable pods, the engine's current flags, another autoscaler targeting it)
 `PolicyMemory` is the policy's own record, carried from one decision to the next by the
 caller (persisted in the InferenceSLA's status so a restarted operator resumes it).
 
-Built by the wiring and the simulator's control loop; read by `policy.decide`.
+Built by the operator's fleet reader (`kube.fleet`) and the status (the memory is kept in the
+InferenceSLA's status); read by `policy.decide`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+
+from slascaler.model.latency import LoadPoint
 
 DEFAULT_MAX_UNAVAILABLE = "25%"  # a Deployment's rolling update when its spec says nothing
 DEFAULT_MAX_SURGE = "25%"
@@ -51,6 +54,15 @@ class FleetState:
         """Pods asked for that are neither ready nor stuck unschedulable."""
         return max(0, self.spec_replicas - self.ready_replicas - self.unschedulable_pods)
 
+    @property
+    def provisioned(self) -> int:
+        """Pods that serve or will soon: ready and starting, not the unschedulable ones."""
+        return self.spec_replicas - self.unschedulable_pods
+
+    def knob(self, name: str) -> int | None:
+        """The live value of an engine knob (`policy.knobs`), if known."""
+        return {"maxBatchSize": self.max_batch_size, "chunkSize": self.chunk_size}[name]
+
 
 @dataclass(frozen=True)
 class Recommendation:
@@ -62,45 +74,49 @@ class Recommendation:
 
 @dataclass(frozen=True)
 class PolicyMemory:
-    """What the policy carries between windows. Times are on the caller's clock (seconds)."""
+    """What the policy carries between windows. Times are on the caller's clock (seconds).
+
+    - the times of the last changes (cooldowns, stabilization) and when it first had data;
+    - recent recommendations (scale-down takes the highest of the stabilization window);
+    - what it learned of the engine: windows at known loads (`load_points`, taken at the
+      knob values `points_knobs`), the replica's token throughput when saturated
+      (`capacity`), (running per replica, ITL) pairs for the batch-size fit;
+    - the load's recent history (`load_history`: time, tokens/s) for the trend, and how far
+      its forecasts have been off (`forecast_error`, relative);
+    - how long pods took to become ready (`startup_s`) and the replica count the GPUs held
+      when pods last went unschedulable (`gpu_limit`).
+    """
 
     last_scale_up_at: float | None = None
     last_scale_down_at: float | None = None
     last_knob_change_at: float | None = None
     recommendations: tuple[Recommendation, ...] = ()
     batch_points: tuple[tuple[float, float], ...] = ()  # (running per replica, ITL ms)
-    service_rate: float | None = None  # calibrated requests/s one replica serves
     first_seen_at: float | None = None  # first decision with data (stabilization needs history)
     gpu_limit: int | None = None  # replicas the GPUs held when pods last went unschedulable
     gpu_limit_at: float | None = None
+    load_points: tuple[LoadPoint, ...] = ()
+    points_knobs: tuple[int | None, int | None] = (None, None)
+    capacity: float | None = None  # tokens/s one replica serves with full steps
+    load_history: tuple[tuple[float, float], ...] = ()  # (time, tokens/s of work)
+    forecast: tuple[float, float] | None = None  # (for time, tokens/s) predicted earlier
+    forecast_error: float = 0.0
+    startup_s: float | None = None
+    startup_for: float | None = None  # the scale-up whose start-up `startup_s` measured
 
-    def remembering(
-        self,
-        now: float,
-        recommendation: int | None,
-        window_s: float,
-        batch_point: tuple[float, float] | None,
-        service_rate: float | None,
-        keep_points: int,
-    ) -> PolicyMemory:
-        """This memory with one more window recorded; records older than the window dropped."""
-        recommendations = tuple(r for r in self.recommendations if r.at > now - window_s)
-        if recommendation is not None:
-            # Only the latest time of each count matters to "the highest count recommended
-            # within the window", so earlier entries of the same count are dropped: the
-            # memory (kept in the status) stays as short as the counts are few.
-            recommendations = (
-                *(r for r in recommendations if r.replicas != recommendation),
-                Recommendation(now, recommendation),
-            )
-        points = self.batch_points
-        if batch_point is not None:
-            points = (*points, batch_point)[-keep_points:]
+    def recommending(self, now: float, replicas: int, window_s: float) -> PolicyMemory:
+        """This memory with one more recommendation; those older than the window dropped.
+
+        Only the latest time of each count matters to "the highest count recommended within
+        the window", so earlier entries of the same count are dropped: the memory (kept in
+        the status) stays as short as the counts are few.
+        """
+        kept = tuple(
+            r for r in self.recommendations if r.at > now - window_s and r.replicas != replicas
+        )
         return replace(
             self,
-            recommendations=recommendations,
-            batch_points=points,
-            service_rate=service_rate if service_rate is not None else self.service_rate,
+            recommendations=(*kept, Recommendation(now, replicas)),
             first_seen_at=self.first_seen_at if self.first_seen_at is not None else now,
         )
 

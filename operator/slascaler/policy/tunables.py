@@ -1,6 +1,9 @@
 """Thresholds of the policy, kept as code with the reason for each value.
 
-Called by `policy.decide`; the simulator's benchmarks may pass other values to study them.
+The `use_*` switches turn one mechanism of the policy off, for the benchmark's ablation rows
+(each mechanism is shown with and without); the operator always runs with all of them on.
+
+Read by `policy.decide` and its steps; the simulator's benchmarks pass other values to study them.
 """
 
 from __future__ import annotations
@@ -10,36 +13,90 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Tunables:
-    # Fewer requests than this in a window give no meaningful p95: hold.
-    min_requests: int = 20
+    # -- data ------------------------------------------------------------------------
+    # Fewer requests than this in a window give no meaningful percentile: hold. A low
+    # figure still decides a prefill-bound window of few long prompts (its percentile is
+    # then about the slowest request, the cautious side).
+    min_requests: int = 10
     # An observation older than this (seconds) is stale: hold.
     max_observation_age_s: float = 90.0
-    # "Well under" an objective: below this fraction of it (scale-in, knob headroom).
+
+    # -- objectives ------------------------------------------------------------------
+    # "Well under" an objective: below this fraction of it (knob headroom).
     headroom: float = 0.8
-    # Replicas are sized for this fraction of the TTFT objective, so model error does not
-    # land the fleet exactly on the edge.
-    sizing_margin: float = 0.9
+    # Replicas are sized for this fraction of each objective, so that model error and the
+    # window-to-window noise of a percentile do not land the fleet on the edge.
+    sizing_margin: float = 0.95
+    # The fit's residual (ms) is taken off the objective this many times: an uncertain
+    # model sizes with more room.
+    residual_weight: float = 1.0
+    # … but never more than this fraction of the objective (see `sizing._target`).
+    max_noise_margin: float = 0.08
+
+    # -- the latency model (`model.latency`) -----------------------------------------
+    # Windows remembered at one knob setting, and how fast old ones lose weight.
+    load_points_kept: int = 48
+    load_points_max_age_s: float = 3600.0
+    load_points_half_life_s: float = 900.0
+    # A window enters the model only when the pods were steady over it and no backlog
+    # hides the arrivals: waiting requests per pod below this.
+    steady_waiting_per_pod: float = 1.0
+    # Until windows at several loads show it, the weight of contention in the TTFT is taken
+    # as this fraction of the TTFT observed (measured on the simulated vLLM engine: 0.22 at
+    # 2–8 replicas, 0.32 at one; the cautious end), a prior worth `prior_points` windows one
+    # unit of contention away: it defines the slope while all windows sit at one load and
+    # is soon outweighed once they spread.
+    prior_slope_fraction: float = 0.3
+    prior_points: float = 0.2
+    # The saturated throughput estimate follows new evidence with this weight.
+    capacity_learning_rate: float = 0.3
+
+    # -- load: now and coming ----------------------------------------------------------
+    # Load history kept for the trend, and the span the trend is fitted over.
+    load_history_kept: int = 48
+    trend_window_s: float = 300.0
+    # Where bursts recur (this many stretches above burst_factor × the median load within
+    # burst_memory_s), the load is sized for at least this quantile of those minutes.
+    burst_memory_s: float = 600.0
+    burst_quantile: float = 0.9
+    burst_factor: float = 1.4
+    recurring_bursts: int = 2
+    # Pods are assumed to take this long to become ready until one scale-up has shown it.
+    default_startup_s: float = 90.0
+    # A backlog is sized to drain within this many start-up delays.
+    backlog_drain_startups: float = 1.0
+    # The forecast's relative error is remembered with this weight, and sized for.
+    forecast_error_learning_rate: float = 0.2
+    max_forecast_headroom: float = 0.3
+
+    # -- scaling limits ------------------------------------------------------------------
     # Scale-up rate limit per action, as HPA's default policy: max(+100%, +4 pods).
     scale_up_max_factor: float = 2.0
     scale_up_min_pods: int = 4
     # Scale-down removes at most this fraction of replicas per action (at least one).
     scale_down_max_fraction: float = 0.5
-    # With fewer waiting requests per ready replica than this there is no queue to speak of.
-    no_queue_waiting_per_pod: float = 0.5
+    # After pods went unschedulable, scale-ups stop at the count the GPUs held, this long.
+    gpu_limit_memory_s: float = 300.0
+
+    # -- knobs ---------------------------------------------------------------------------
     # The batch limit binds when running requests per replica reach this fraction of it.
     batch_saturation: float = 0.9
     # Knob steps when no fitted model is available yet.
     batch_step_down: float = 0.75
     batch_step_up: float = 1.5
     chunk_step_up: float = 2.0
+    # A chunk is chosen for this fraction of the TTFT budget: the step-cost model misses
+    # attention over long contexts, so its prefill predictions run short, and a chunk too
+    # small costs another rolling restart a knob cooldown later.
+    chunk_target_fraction: float = 0.5
     # A fitted latency-vs-batch line is trusted only with this R² or better.
     min_fit_r_squared: float = 0.5
-    # Points kept for the latency-vs-batch fit.
     batch_points_kept: int = 32
-    # Cells per prefill bucket in the service-time distribution of the queueing model.
-    service_cells_per_bucket: int = 8
-    # After pods went unschedulable, scale-ups stop at the count the GPUs held, this long.
-    gpu_limit_memory_s: float = 300.0
-    # Mean queue times under this many engine steps (mean ITL) are the wait for the running
-    # step to end, not for a slot: no calibration of the service rate on them.
-    step_alignment_steps: float = 2.0
+
+    # -- mechanisms (ablations) ------------------------------------------------------------
+    use_latency_model: bool = True  # size from the learned latency curve (else proportional)
+    use_short_window: bool = True  # see bursts in the last 30 s, before a window shows them
+    use_trend: bool = True  # size for the load at now + start-up
+    use_burst_memory: bool = True  # size for the recent peaks, not only the present
+    use_warm_credit: bool = True  # a second scale-up while pods start, if the first fell short
+    use_surge_for_rollouts: bool = True  # add pods for a knob rollout instead of losing some

@@ -5,8 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from slascaler.model.batching import fit_line, largest_batch_within
 from slascaler.model.chunking import (
@@ -17,82 +15,6 @@ from slascaler.model.chunking import (
     itl_with_chunk_ms,
     prefill_time_ms,
 )
-from slascaler.model.histogram import Histogram
-from slascaler.model.queueing import (
-    QueueModel,
-    calibrate_service_rate,
-    erlang_c,
-    replicas_needed,
-    service_distribution,
-)
-
-
-def test_erlang_c_textbook_values() -> None:
-    # M/M/1: P(wait) = ρ.
-    assert erlang_c(1, 0.7) == pytest.approx(0.7)
-    # c = 2, a = 1: C = (a²/2 · 1/(1−ρ)) / (1 + a + a²/2 · 1/(1−ρ)) = 1/3.
-    assert erlang_c(2, 1.0) == pytest.approx(1 / 3)
-    # A call centre classic: 10 agents, 8 Erlang offered: C ≈ 0.409.
-    assert erlang_c(10, 8.0) == pytest.approx(0.4092, abs=1e-3)
-    assert erlang_c(3, 3.0) == 1.0 and erlang_c(3, 0.0) == 0.0
-
-
-def test_mm1_mean_wait_and_tail() -> None:
-    model = QueueModel(arrival_rate=8.0, service_rate=10.0)
-    # M/M/1: Wq = ρ / (μ − λ) = 0.8 / 2 s = 400 ms; P(W > t) = ρ · e^{−(μ−λ)t}.
-    assert model.mean_wait_ms(1) == pytest.approx(400.0)
-    assert model.wait_exceeds(1, 500.0) == pytest.approx(0.8 * math.exp(-2 * 0.5))
-    assert model.wait_exceeds(1, -1.0) == 1.0
-    assert math.isinf(QueueModel(10.0, 10.0).mean_wait_ms(1))
-
-
-def test_allen_cunneen_scales_by_variability() -> None:
-    deterministic = QueueModel(8.0, 10.0, arrival_scv=1.0, service_scv=0.0)
-    assert deterministic.mean_wait_ms(1) == pytest.approx(200.0)  # M/D/1: half of M/M/1
-
-
-@given(
-    st.floats(min_value=0.5, max_value=50),
-    st.integers(min_value=1, max_value=20),
-    st.floats(min_value=1.05, max_value=5),
-)
-def test_calibration_inverts_the_mean_wait(arrival: float, servers: int, headroom: float) -> None:
-    mu = arrival / servers * headroom
-    wait = QueueModel(arrival, mu).mean_wait_ms(servers)
-    if wait <= 0.01:
-        return
-    calibrated = calibrate_service_rate(arrival, servers, wait)
-    assert calibrated == pytest.approx(mu, rel=1e-4)
-
-
-def test_calibration_needs_queueing() -> None:
-    assert calibrate_service_rate(5.0, 2, 0.0) is None
-    assert calibrate_service_rate(0.0, 2, 100.0) is None
-
-
-def test_replicas_needed_is_the_smallest_sufficient_count() -> None:
-    model = QueueModel(arrival_rate=20.0, service_rate=3.0)
-    service = [(150.0, 1.0)]
-    sizing = replicas_needed(model, 500.0, 0.05, service, limit=64)
-    assert sizing.replicas is not None
-    c = sizing.replicas
-    assert model.ttft_exceeds(c, 500.0, service) <= 0.05
-    assert model.ttft_exceeds(c - 1, 500.0, service) > 0.05
-    assert sizing.floor_exceedance == 0.0
-
-
-def test_replicas_cannot_fix_a_service_time_over_the_objective() -> None:
-    sizing = replicas_needed(QueueModel(5.0, 2.0), 500.0, 0.05, [(700.0, 1.0)], limit=64)
-    assert sizing.replicas is None
-    assert sizing.floor_exceedance == 1.0
-
-
-def test_service_distribution_keeps_mass_and_adds_overhead() -> None:
-    prefill = Histogram.from_values([100.0, 200.0, 400.0], [300.0, 500.0])
-    points = service_distribution(prefill, 10.0, cells_per_bucket=4)
-    assert sum(p for _, p in points) == pytest.approx(1.0)
-    assert min(v for v, _ in points) == pytest.approx(10.0 + 300.0 / 8)
-    assert max(v for v, _ in points) <= 510.0
 
 
 def test_source_batch_curve_gives_26_not_32() -> None:

@@ -1,0 +1,201 @@
+"""What one window teaches the policy: the load in tokens, and the memory updated with it.
+
+- `window_load` turns an observation into work (tokens/s computed prompt + generated),
+  the tokens one request brings, the arrivals now (the short window when it shows a burst:
+  served + growth of the waiting requests) and the backlog.
+- `learn` returns the memory with this window recorded: a `LoadPoint` when the fleet was
+  steady over the window (a count that did not change, no backlog hiding the arrivals, at
+  the current knob values — the points of other knob values are dropped, they describe
+  another engine), the replica's saturated throughput (from the step cost, and from the
+  served work when a backlog shows the replicas were saturated), the load history for the
+  trend, how far the last forecast was off, and how long the last scale-up took to be ready.
+
+Pure; called by `policy.decide`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from slascaler.model.latency import LoadPoint, step_capacity
+from slascaler.model.observation import Observation
+from slascaler.model.regime import RegimeAnalysis
+from slascaler.policy.state import FleetState, PolicyMemory
+from slascaler.policy.tunables import Tunables
+from slascaler.spec import SLASpec
+
+
+@dataclass(frozen=True)
+class WindowLoad:
+    """One window's load, all pods together."""
+
+    pods: int  # pods that served it
+    requests_per_s: float  # requests served (first tokens) per second
+    tokens_per_request: float  # computed prompt + generated tokens a request brings
+    arrivals_per_s: float  # requests arriving per second now (short window in a burst)
+    backlog: float  # requests waiting now
+
+    @property
+    def work(self) -> float:
+        """Tokens/s of work served over the window."""
+        return self.requests_per_s * self.tokens_per_request
+
+    @property
+    def arriving_work(self) -> float:
+        return self.arrivals_per_s * self.tokens_per_request
+
+    @property
+    def backlog_work(self) -> float:
+        return self.backlog * self.tokens_per_request
+
+    @property
+    def work_per_pod(self) -> float:
+        return self.work / max(1, self.pods)
+
+
+def _finite(*values: float) -> bool:
+    return all(math.isfinite(v) for v in values)
+
+
+def tokens_per_request(observation: Observation) -> float | None:
+    """Computed prompt + generated tokens per request served; from the token counters, else
+    the prompt-length histogram (the output then unknown: counted as one token)."""
+    rate = observation.request_rate
+    if not rate > 0:
+        return None
+    prompt, generated = observation.prompt_token_rate, observation.generation_token_rate
+    if _finite(prompt, generated) and prompt + generated > 0:
+        return (prompt + generated) / rate
+    prompts = observation.prompt_tokens
+    if prompts is not None and prompts.count > 0 and math.isfinite(prompts.mean):
+        return prompts.mean + 1.0
+    return None
+
+
+def window_load(observation: Observation, use_short_window: bool) -> WindowLoad | None:
+    per_request = tokens_per_request(observation)
+    if per_request is None:
+        return None
+    pods = max(1, observation.reporting_pods)
+    arrivals = observation.request_rate
+    recent, growth = observation.recent_request_rate, observation.recent_waiting_growth
+    if use_short_window and _finite(recent, growth) and observation.recent_window_s > 0:
+        arrivals = max(arrivals, recent + max(0.0, growth))
+    backlog = max((v for v in (observation.waiting_now, 0.0) if math.isfinite(v)), default=0.0)
+    return WindowLoad(pods, observation.request_rate, per_request, arrivals, backlog)
+
+
+def _steady(
+    fleet: FleetState,
+    memory: PolicyMemory,
+    observation: Observation,
+    load: WindowLoad,
+    now: float,
+    tunables: Tunables,
+) -> bool:
+    """The window saw one replica count, serving what arrived (no backlog hiding it)."""
+    last_change = max(
+        (t for t in (memory.last_scale_up_at, memory.last_scale_down_at,
+                     memory.last_knob_change_at) if t is not None),
+        default=-math.inf,
+    )  # fmt: skip
+    waiting = observation.waiting if math.isfinite(observation.waiting) else math.inf
+    return (
+        fleet.starting_pods == 0
+        and fleet.unschedulable_pods == 0
+        and not fleet.rollout_in_progress
+        and observation.reporting_pods == fleet.ready_replicas == fleet.spec_replicas
+        and now - last_change >= observation.window_s
+        and load.backlog / load.pods < tunables.steady_waiting_per_pod
+        and waiting / load.pods < tunables.steady_waiting_per_pod
+    )
+
+
+def _saturated(observation: Observation, load: WindowLoad) -> bool:
+    """Requests pile up although every replica is at work: they serve at capacity."""
+    growth = observation.recent_waiting_growth
+    return load.backlog / load.pods >= 2.0 and math.isfinite(growth) and growth > 0
+
+
+def _capacity(
+    memory: PolicyMemory,
+    observation: Observation,
+    analysis: RegimeAnalysis,
+    load: WindowLoad,
+    chunk: int | None,
+    tunables: Tunables,
+) -> float | None:
+    """The replica's token throughput with full steps, learned."""
+    rate = tunables.capacity_learning_rate
+    current = memory.capacity
+    if _saturated(observation, load) and load.work_per_pod > 0:
+        measured = load.work_per_pod
+        return measured if current is None else current + rate * (measured - current)
+    prior = None
+    itl, prefill = observation.itl, observation.prefill
+    if chunk is not None and itl is not None and itl.count > 0 and prefill is not None:
+        computed_prompt = load.tokens_per_request
+        if _finite(observation.generation_token_rate) and load.requests_per_s > 0:
+            computed_prompt -= observation.generation_token_rate / load.requests_per_s
+        prior = step_capacity(
+            analysis.component_means_ms["prefill"],
+            computed_prompt,
+            chunk,
+            observation.running / load.pods if math.isfinite(observation.running) else 0.0,
+            itl.mean,
+        )
+    if prior is None:
+        return current
+    estimate = prior if current is None else current + rate * (prior - current)
+    # The replicas served this much: their capacity is at least a little more.
+    return max(estimate, load.work_per_pod * 1.05)
+
+
+def learn(
+    spec: SLASpec,
+    fleet: FleetState,
+    memory: PolicyMemory,
+    observation: Observation,
+    analysis: RegimeAnalysis,
+    load: WindowLoad,
+    now: float,
+    tunables: Tunables,
+) -> PolicyMemory:
+    """The memory with this window recorded (see the module docstring)."""
+    knobs = (fleet.max_batch_size, fleet.chunk_size)
+    points = memory.load_points if memory.points_knobs == knobs else ()
+    capacity = memory.capacity if memory.points_knobs == knobs else None
+    base = replace(memory, load_points=points, capacity=capacity, points_knobs=knobs)
+    if _steady(fleet, base, observation, load, now, tunables) and math.isfinite(analysis.ttft_ms):
+        point = LoadPoint(
+            now, load.work_per_pod, analysis.ttft_ms, analysis.itl_ms, load.pods
+        )
+        points = tuple(p for p in (*points, point) if now - p.at <= tunables.load_points_max_age_s)[
+            -tunables.load_points_kept :
+        ]
+    history = tuple(
+        (t, w) for t, w in (*memory.load_history, (now, load.arriving_work))
+        if now - t <= max(tunables.trend_window_s, tunables.burst_memory_s)
+    )[-tunables.load_history_kept :]  # fmt: skip
+    error = memory.forecast_error
+    if memory.forecast is not None and now >= memory.forecast[0] and load.arriving_work > 0:
+        miss = abs(load.arriving_work - memory.forecast[1]) / load.arriving_work
+        error += tunables.forecast_error_learning_rate * (min(miss, 1.0) - error)
+    forecast = memory.forecast if memory.forecast is None or now < memory.forecast[0] else None
+    startup = memory.startup_s
+    up = memory.last_scale_up_at
+    if up is not None and fleet.starting_pods == 0 and fleet.spec_replicas == fleet.ready_replicas:
+        took = now - up
+        if took > 0 and (startup is None or took < startup * 3) and memory.startup_for != up:
+            startup = took
+            base = replace(base, startup_for=up)
+    return replace(
+        base,
+        load_points=points,
+        capacity=_capacity(base, observation, analysis, load, fleet.chunk_size, tunables),
+        load_history=history,
+        forecast=forecast,
+        forecast_error=error,
+        startup_s=startup,
+    )

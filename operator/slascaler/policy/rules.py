@@ -1,0 +1,272 @@
+"""One rule per regime: what the window asks for, before any limit.
+
+Every rule returns a `Proposal`: a replica count (from `policy.sizing`, so that every regime
+sizes the fleet for its load and an oversized fleet shrinks whatever the regime), engine
+knob values, the reason for each, and the notes that explain it.
+
+- QueueBound: the count the load calls for (proportional to the TTFT pressure while no
+  steady window has been measured).
+- PrefillBound: the count that keeps contention small, and a larger chunk (the smallest
+  one the step-cost model predicts meets the objective, aiming under it), or the reason
+  none can: no chunkSize knob, an unreadable flag, the maximum reached, no ITL headroom.
+- DecodeBound: a smaller max batch size (the largest the fitted ITL-vs-batch line allows,
+  or a step down from what runs), else a smaller chunk, when TTFT has headroom; otherwise
+  the count that brings ITL under its objective.
+- Healthy: the count the load calls for (scale-in happens through stabilization).
+- Idle: `replicas.min`.
+
+Pure; called by `policy.decide`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from slascaler.model.batching import LinearFit, fit_line, largest_batch_within
+from slascaler.model.chunking import candidate_chunk_sizes, choose_chunk_size, estimate_step_cost
+from slascaler.model.observation import Observation
+from slascaler.model.regime import Regime, RegimeAnalysis
+from slascaler.policy.learning import WindowLoad
+from slascaler.policy.reasons import Reason
+from slascaler.policy.sizing import Sizing
+from slascaler.policy.state import FleetState, PolicyMemory
+from slascaler.policy.tunables import Tunables
+from slascaler.spec import Bounds, SLASpec
+
+
+@dataclass(frozen=True)
+class Context:
+    """Everything a rule or step may read about this window."""
+
+    spec: SLASpec
+    fleet: FleetState
+    memory: PolicyMemory
+    observation: Observation
+    analysis: RegimeAnalysis
+    load: WindowLoad | None
+    sizing: Sizing | None
+    now: float
+    tunables: Tunables
+    replicas: int  # the count after bounds: the rules' starting point
+    knobs: Mapping[str, int | None]  # knob values after bounds
+    regime: Regime = Regime.UNKNOWN
+
+    def running_per_pod(self) -> float:
+        return self.observation.running / max(1, self.observation.reporting_pods)
+
+    def itl_headroom(self) -> bool:
+        itl = self.spec.itl
+        return itl is None or self.analysis.itl_ms <= itl.threshold_ms * self.tunables.headroom
+
+    def ttft_headroom(self) -> bool:
+        return self.analysis.ttft_ms <= self.spec.ttft.threshold_ms * self.tunables.headroom
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What a rule asks for: replicas and knob values, each with its reason."""
+
+    replicas: int
+    replicas_reason: Reason = Reason.NO_CHANGE
+    knobs: Mapping[str, tuple[int, Reason]] = field(default_factory=dict)
+    why: str = ""  # the reason for the replica count, with its numbers
+    holds: tuple[tuple[Reason, str], ...] = ()  # what a rule could not do, and why
+    wanted: int | None = None  # the count the load calls for, before any limit
+
+
+def _sized(ctx: Context) -> tuple[int | None, str]:
+    """The count the load calls for; without a model, a proportional step when over."""
+    sizing = ctx.sizing
+    if sizing is not None and sizing.replicas is not None:
+        return sizing.replicas, sizing.why
+    pressure = ctx.analysis.ttft_ms / ctx.spec.ttft.threshold_ms
+    if ctx.analysis.ttft_over and ctx.analysis.regime is Regime.QUEUE_BOUND:
+        # Requests queue: step in proportion. A slow TTFT without a queue (one giant prompt,
+        # a new knob value) waits for a steady window to measure it.
+        if math.isfinite(pressure):
+            return math.ceil(ctx.replicas * pressure), (
+                f"no steady window measured yet: proportional step (TTFT at {pressure:.1f}× "
+                "its objective)"
+            )
+        return ctx.replicas * 2, "requests are waiting and none was served: doubling"
+    return None, "no steady window measured yet"
+
+
+def queue_bound(ctx: Context) -> Proposal:
+    wanted, why = _sized(ctx)
+    if wanted is None:
+        return Proposal(ctx.replicas, why=why)
+    reason = Reason.SCALE_UP if wanted > ctx.replicas else Reason.SCALE_DOWN
+    return Proposal(wanted, reason, why=why, wanted=wanted)
+
+
+def healthy(ctx: Context) -> Proposal:
+    wanted, why = _sized(ctx)
+    if wanted is None:
+        return Proposal(ctx.replicas, why=why)
+    reason = Reason.SCALE_UP if wanted > ctx.replicas else Reason.SCALE_DOWN
+    return Proposal(wanted, reason, why=why, wanted=wanted)
+
+
+def idle(ctx: Context) -> Proposal:
+    low = ctx.spec.replicas.min
+    return Proposal(low, Reason.SCALE_DOWN, why="no requests in the window", wanted=low)
+
+
+def prefill_bound(ctx: Context) -> Proposal:
+    sized = healthy(ctx)
+    if sized.wanted is None or (ctx.sizing is None or ctx.sizing.replicas is None):
+        # No model to size with: replicas cannot help a prefill-bound TTFT, keep the count.
+        sized = Proposal(ctx.replicas, why="replicas cannot help a prefill-bound TTFT")
+    elif sized.replicas > ctx.replicas:
+        # Sized for small contention: an oversized fleet shrinks, but no replica is added
+        # for a TTFT that replicas cannot bring under its objective.
+        sized = Proposal(ctx.replicas, why=f"replicas cannot help a prefill-bound TTFT "
+                         f"({sized.why})", wanted=sized.wanted)  # fmt: skip
+    spec, chunk = ctx.spec, ctx.knobs.get("chunkSize")
+    bounds = spec.chunk_size
+    p = f"p{spec.ttft.percentile:g}"
+    if bounds is None:
+        return _with_hold(sized, Reason.PREFILL_BOUND_NO_KNOB,
+                          "replicas cannot help a prefill-bound TTFT; declare "
+                          "spec.knobs.chunkSize to let slascaler raise the chunked-prefill "
+                          "budget")  # fmt: skip
+    if chunk is None:
+        return _with_hold(sized, Reason.PREFILL_BOUND_UNKNOWN_CHUNK,
+                          "the engine's chunk size flag could not be read")  # fmt: skip
+    if chunk >= bounds.max:
+        return _with_hold(
+            sized,
+            Reason.PREFILL_INFEASIBLE,
+            f"TTFT {p} would be {ctx.analysis.without_queue_ms:.0f} ms even without "
+            f"contention and chunkSize is at its maximum {bounds.max}: the SLA is "
+            "infeasible for these prompts",
+        )
+    if not ctx.itl_headroom():
+        return _with_hold(sized, Reason.HOLD_NO_ITL_HEADROOM,
+                          f"raising chunkSize would lengthen ITL, already "
+                          f"{ctx.analysis.itl_ms:.0f} ms")  # fmt: skip
+    target, how = _chunk_target(ctx, chunk, bounds)
+    return Proposal(
+        sized.replicas, sized.replicas_reason,
+        {"chunkSize": (target, Reason.RAISE_CHUNK_FOR_PREFILL)},
+        why=f"chunkSize {chunk}→{target}: {how}; replicas: {sized.why}", wanted=sized.wanted,
+    )  # fmt: skip
+
+
+def _with_hold(proposal: Proposal, reason: Reason, text: str) -> Proposal:
+    return Proposal(
+        proposal.replicas, proposal.replicas_reason, proposal.knobs, proposal.why,
+        (*proposal.holds, (reason, text)), proposal.wanted,
+    )  # fmt: skip
+
+
+def _chunk_target(ctx: Context, current: int, bounds: Bounds) -> tuple[int, str]:
+    tunables, observation, analysis = ctx.tunables, ctx.observation, ctx.analysis
+    fallback = bounds.clamp(math.ceil(current * tunables.chunk_step_up))
+    prompts, itl = observation.prompt_tokens, observation.itl
+    if prompts is None or prompts.total <= 0 or itl is None or itl.total <= 0:
+        return fallback, "no prompt-length histogram: doubling"
+    decode_tokens = ctx.running_per_pod()
+    cost = estimate_step_cost(
+        analysis.component_means_ms["prefill"], prompts.mean, current, decode_tokens, itl.mean
+    )
+    if cost is None:
+        return fallback, "step cost not identifiable from this window: doubling"
+    spec = ctx.spec
+    budget = (
+        spec.ttft.threshold_ms * tunables.chunk_target_fraction
+        - analysis.component_means_ms["tokenization"]
+    )
+    itl_limit = spec.itl.threshold_ms * tunables.headroom if spec.itl else None
+    candidates = [c for c in candidate_chunk_sizes(bounds.min, bounds.max) if c > current]
+    prompt_tail = prompts.quantile(spec.ttft.quantile)
+    choice = choose_chunk_size(prompt_tail, budget, itl_limit, decode_tokens, cost, candidates)
+    if choice is None:
+        return fallback, "no larger chunk keeps ITL within its objective by the model: one step"
+    met = "meets" if choice.meets_ttft else "is the closest to"
+    return choice.chunk_size, (
+        f"predicted prefill {choice.prefill_ms:.0f} ms for a p{spec.ttft.percentile:g} "
+        f"prompt of {prompt_tail:.0f} tokens {met} the {budget:.0f} ms budget, ITL "
+        f"{choice.itl_ms:.0f} ms (step cost {cost.fixed_ms:.1f} ms + "
+        f"{cost.per_token_ms * 1000:.1f} µs/token)"
+    )
+
+
+def trusted_batch_fit(ctx: Context) -> LinearFit | None:
+    fit = fit_line(ctx.memory.batch_points)
+    if fit is None or fit.slope <= 0 or fit.r_squared < ctx.tunables.min_fit_r_squared:
+        return None
+    return fit
+
+
+def decode_bound(ctx: Context) -> Proposal:
+    spec, tunables, itl = ctx.spec, ctx.tunables, ctx.spec.itl
+    assert itl is not None  # DecodeBound needs an ITL objective
+    batch, chunk = ctx.knobs.get("maxBatchSize"), ctx.knobs.get("chunkSize")
+    batch_bounds, chunk_bounds = spec.max_batch_size, spec.chunk_size
+    sized = healthy(ctx)
+    if (
+        ctx.ttft_headroom()
+        and batch_bounds is not None
+        and batch is not None
+        and batch > batch_bounds.min
+    ):
+        running = ctx.running_per_pod()
+        binding = min(batch, math.ceil(running)) if math.isfinite(running) else batch
+        target = math.floor(binding * tunables.batch_step_down)
+        how = (
+            f"step ×{tunables.batch_step_down:g} from the {binding} running per replica "
+            "(no trusted latency-vs-batch fit)"
+        )
+        fit = trusted_batch_fit(ctx)
+        if fit is not None:
+            limit = largest_batch_within(fit, itl.threshold_ms * tunables.headroom)
+            if limit is not None and limit < batch:
+                target = max(limit, math.floor(binding / 2))
+                how = (
+                    f"fitted ITL ≈ {fit.intercept:.1f} + {fit.slope:.2f}·batch ms "
+                    f"(R² {fit.r_squared:.2f}, {fit.points} windows)"
+                )
+        target = batch_bounds.clamp(min(target, batch - 1))
+        return Proposal(
+            ctx.replicas, Reason.NO_CHANGE,
+            {"maxBatchSize": (target, Reason.LOWER_BATCH_FOR_ITL)},
+            why=f"maxBatchSize {batch}→{target}: {how}", wanted=sized.wanted,
+        )  # fmt: skip
+    if (
+        ctx.ttft_headroom()
+        and chunk_bounds is not None
+        and chunk is not None
+        and chunk > chunk_bounds.min
+    ):
+        target = chunk_bounds.clamp(chunk // 2)
+        return Proposal(
+            ctx.replicas, Reason.NO_CHANGE,
+            {"chunkSize": (target, Reason.LOWER_CHUNK_FOR_ITL)},
+            why=f"chunkSize {chunk}→{target}: shorter prefill chunks shorten the steps "
+            "that decodes share", wanted=sized.wanted,
+        )  # fmt: skip
+    why = (
+        "ITL over its objective and TTFT has no headroom for a smaller batch"
+        if not ctx.ttft_headroom()
+        else "ITL over its objective and no knob left to lower"
+    )
+    if sized.wanted is not None and sized.wanted > ctx.replicas:
+        return Proposal(sized.replicas, Reason.SCALE_UP, why=f"{why}: {sized.why}",
+                        wanted=sized.wanted)  # fmt: skip
+    wanted = ctx.replicas + 1
+    return Proposal(wanted, Reason.SCALE_UP,
+                    why=f"{why}: another replica lowers the batch per replica",
+                    wanted=wanted)  # fmt: skip
+
+
+RULES = {
+    Regime.QUEUE_BOUND: queue_bound,
+    Regime.PREFILL_BOUND: prefill_bound,
+    Regime.DECODE_BOUND: decode_bound,
+    Regime.HEALTHY: healthy,
+    Regime.IDLE: idle,
+}

@@ -1,0 +1,166 @@
+"""How many replicas the load calls for, whatever the regime.
+
+1. The latency model (`model.latency`) is fitted to the windows remembered at the current
+   knob values; its residual is taken off the objectives, which are then sized for with
+   `sizing_margin`. Its inverse gives the most work one replica carries within both
+   objectives.
+2. The load to carry: the work arriving now (the short window in a burst), plus the
+   backlog drained within a start-up delay, plus the trend over the last minutes carried
+   to now + start-up (only upwards: a falling load is followed, not anticipated), with
+   headroom for how far the forecasts have been off.
+3. Replicas = load / work per replica. When even an idle replica misses the TTFT objective
+   (prefill-bound), replicas cannot help: the count is the one at which contention adds at
+   most `PREFILL_BOUND_STRETCH` to the idle TTFT, so an oversized fleet still shrinks.
+
+Without a model (no steady window yet) it cannot say; the caller then steps proportionally.
+
+Pure; called by `policy.decide`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from slascaler.model.latency import LatencyModel, fit_latency, replicas_for
+from slascaler.policy.learning import WindowLoad
+from slascaler.policy.state import PolicyMemory
+from slascaler.policy.tunables import Tunables
+from slascaler.spec import SLASpec
+
+PREFILL_BOUND_STRETCH = 0.1  # prefill-bound: contention may add 10% to the idle TTFT
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """The replica count the load calls for, and what it rests on."""
+
+    replicas: int | None  # None: no model yet
+    without_backlog: int | None  # the same, for the arrivals alone (the backlog drains)
+    why: str
+    feasible: bool  # False: even an idle replica misses the TTFT objective
+    model: LatencyModel | None
+    per_replica: float | None  # tokens/s one replica carries within the objectives
+    load: float  # tokens/s sized for
+    forecast: tuple[float, float] | None  # (for time, tokens/s) to check later
+
+
+def trend_per_s(history: tuple[tuple[float, float], ...], now: float, span_s: float) -> float:
+    """Least-squares slope (tokens/s per s) of the load over the last `span_s`."""
+    recent = [(t, w) for t, w in history if now - t <= span_s]
+    if len(recent) < 4:
+        return 0.0
+    mean_t = sum(t for t, _ in recent) / len(recent)
+    mean_w = sum(w for _, w in recent) / len(recent)
+    var = sum((t - mean_t) ** 2 for t, _ in recent)
+    if var <= 0:
+        return 0.0
+    return sum((t - mean_t) * (w - mean_w) for t, w in recent) / var
+
+
+def recent_peak(
+    history: tuple[tuple[float, float], ...], now: float, tunables: Tunables
+) -> float:
+    """The `burst_quantile` of the load over the last `burst_memory_s`, when bursts recur
+    there (at least `recurring_bursts` separate stretches above `burst_factor` × the median);
+    0 otherwise: a single burst is followed, not held for."""
+    recent = [w for t, w in sorted(history) if now - t <= tunables.burst_memory_s]
+    if not recent:
+        return 0.0
+    ordered = sorted(recent)
+    median = ordered[len(ordered) // 2]
+    bursts, above = 0, False
+    for w in recent:
+        high = w > tunables.burst_factor * median
+        bursts += high and not above
+        above = high
+    if bursts < tunables.recurring_bursts:
+        return 0.0
+    return ordered[min(len(ordered) - 1, int(tunables.burst_quantile * len(ordered)))]
+
+
+def latency_model(memory: PolicyMemory, now: float, tunables: Tunables) -> LatencyModel | None:
+    if memory.capacity is None or not memory.load_points:
+        return None
+    return fit_latency(
+        memory.load_points,
+        memory.capacity,
+        now,
+        tunables.load_points_half_life_s,
+        tunables.prior_slope_fraction,
+        tunables.prior_points,
+    )
+
+
+def _target(objective_ms: float, residual_ms: float, tunables: Tunables) -> float:
+    """The objective less the margin and the model's noise. The noise taken off is capped:
+    windows dominated by one giant prompt scatter far more than any replica count changes,
+    and sizing for them would add replicas that cannot help."""
+    noise = min(tunables.residual_weight * residual_ms, tunables.max_noise_margin * objective_ms)
+    return objective_ms * tunables.sizing_margin - noise
+
+
+def size(
+    spec: SLASpec,
+    memory: PolicyMemory,
+    load: WindowLoad,
+    now: float,
+    tunables: Tunables,
+) -> Sizing:
+    model = latency_model(memory, now, tunables) if tunables.use_latency_model else None
+    startup = memory.startup_s or tunables.default_startup_s
+    drain = load.backlog_work / max(startup * tunables.backlog_drain_startups, 15.0)
+    current = load.arriving_work
+    rising = 0.0
+    if tunables.use_trend:
+        rising = max(0.0, trend_per_s(memory.load_history, now, tunables.trend_window_s))
+    headroom = 1.0 + min(memory.forecast_error, tunables.max_forecast_headroom)
+    forecast_at = now + startup
+    predicted = current + rising * startup
+    if tunables.use_burst_memory:
+        # Bursts that came and went in the last minutes come again: a fleet sized only for
+        # the present is caught by each one while new pods load.
+        predicted = max(predicted, recent_peak(memory.load_history, now, tunables))
+    wanted_load = predicted * headroom + drain
+    forecast = (forecast_at, predicted) if rising > 0 else (now + 60.0, current)
+    if model is None:
+        return Sizing(None, None, "no steady window measured yet", True, None, None,
+                      wanted_load, forecast)  # fmt: skip
+    ttft_target = _target(spec.ttft.threshold_ms, model.ttft.residual, tunables)
+    itl_target = None
+    if spec.itl is not None and model.itl is not None:
+        itl_target = _target(spec.itl.threshold_ms, model.itl.residual, tunables)
+    limit = spec.replicas.max * 4
+    feasible = model.ttft.floor < ttft_target
+    target = ttft_target
+    if not feasible:
+        # Replicas cannot bring TTFT under the objective: keep contention small instead.
+        target = model.ttft.floor * (1 + PREFILL_BOUND_STRETCH)
+    count = replicas_for(wanted_load, model, target, itl_target, limit)
+    without_backlog = replicas_for(predicted * headroom, model, target, itl_target, limit)
+    per_replica = wanted_load / count if count else None
+    trend = f", rising {rising * 60:.0f} tokens/s per min" if rising > 0 else ""
+    backlog = f", backlog {load.backlog:.0f} requests" if load.backlog >= 1 else ""
+    why = (
+        f"{wanted_load:.0f} tokens/s to carry ({load.arrivals_per_s:.2f} req/s × "
+        f"{load.tokens_per_request:.0f} tokens{trend}{backlog}) need "
+        + (f"{count} replicas" if count else f"more than {limit} replicas")
+        + " for "
+        + (
+            f"TTFT p{spec.ttft.percentile:g} ≤ {ttft_target:.0f} ms"
+            if feasible
+            else "10% of its idle TTFT (the objective is out of reach of replicas)"
+        )
+        + (f" and ITL ≤ {itl_target:.0f} ms" if itl_target is not None else "")
+        + f" (model: TTFT ≈ {model.ttft.floor:.0f} + {model.ttft.slope:.0f}·z(u)/√replicas, "
+        f"u = load / {model.capacity:.0f} tokens/s per replica, {model.ttft.points} windows)"
+    )
+    return Sizing(count, without_backlog, why, feasible, model, per_replica, wanted_load, forecast)
+
+
+def sustainable_rate(sizing: Sizing, load: WindowLoad) -> float | None:
+    """Requests/s one replica serves within the objectives, for the status."""
+    if sizing.per_replica is None or load.tokens_per_request <= 0:
+        return None
+    value = sizing.per_replica / load.tokens_per_request
+    return value if math.isfinite(value) else None
