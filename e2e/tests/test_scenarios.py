@@ -1,5 +1,5 @@
-"""End-to-end SLA scenarios: the chart installed with `helm install`, the operator running with
-the chart's ServiceAccount and environment, a real Prometheus scraping simulated engines that
+"""End-to-end SLA scenarios: the chart installed with `helm install`, the operator running from
+its image with the chart's ServiceAccount, environment and securityContext, a real Prometheus scraping simulated engines that
 follow the target Deployment's pods, and load changed while it runs. Each scenario asserts
 outcomes by polling with deadlines; `DeploymentHistory` records every change of the target so
 that each one announced by an Event is checked to have happened exactly once.
@@ -24,6 +24,7 @@ from e2e.cluster.processes import poll
 from e2e.cluster.prometheus import PrometheusServer
 from e2e.engines import EngineFleet, Load, percentile
 from e2e.history import DeploymentHistory
+from e2e.image import OperatorImage
 from e2e.kube import Kube, gpu_deployment, is_ready, node_gpus
 from e2e.slas import SLAWatch, inference_sla
 from e2e.tests.conftest import LogRegistry, Substrate
@@ -40,6 +41,7 @@ A100, H100 = PROFILES["llama3-8b-a100"], PROFILES["llama3-8b-h100"]
 def release(
     substrate: Substrate,
     prometheus: PrometheusServer,
+    operator_image: OperatorImage,
     tmp_path_factory: pytest.TempPathFactory,
     logs: LogRegistry,
 ) -> Iterator[tuple[HelmRelease, OperatorKubelet]]:
@@ -52,7 +54,7 @@ def release(
         "prometheusTimeout": "2s",
     }
     helm.install(values)
-    kubelet = OperatorKubelet(helm, workdir).start()
+    kubelet = OperatorKubelet(helm, workdir, operator_image, prometheus).start()
     logs.register("operator (chart)", kubelet.tail)
     kubelet.wait_running()
     yield helm, kubelet

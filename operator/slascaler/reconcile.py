@@ -193,7 +193,7 @@ class Reconciler:
         self._write_status(namespace, name, status)
         if event is not None:
             self._event(sla, *event, now)
-        self.telemetry.evaluated(namespace, name, spec, decision, view.state.spec_replicas)
+        self.telemetry.evaluated(namespace, name, spec, decision, view.state.spec_replicas, status)
         rate = memory_out.service_rate
         log.info(
             "%s/%s: %s [μ %s req/s per replica]",
