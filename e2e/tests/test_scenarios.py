@@ -1,6 +1,7 @@
 """End-to-end SLA scenarios: the chart installed with `helm install`, the operator running from
-its image with the chart's ServiceAccount, environment and securityContext, a real Prometheus scraping simulated engines that
-follow the target Deployment's pods, and load changed while it runs. Each scenario asserts
+its image with the chart's ServiceAccount, environment and securityContext, a real Prometheus
+scraping simulated engines that follow the target Deployment's pods (and the operator's own
+metrics), and load changed while it runs. Each scenario asserts
 outcomes by polling with deadlines; `DeploymentHistory` records every change of the target so
 that each one announced by an Event is checked to have happened exactly once.
 

@@ -3,8 +3,8 @@
 # of the OCI archive. Called by `make image` (and so by `make test` before the e2e suite, whose
 # stand-in kubelet runs the chart's operator pod from this image: e2e/image.py).
 #
-# - Base: Debian bookworm with python3 (3.11), python3-venv and ca-certificates, made by
-#   mmdebstrap and imported into buildah as BASE (the Dockerfile's default stays the public
+# - Base: Debian bookworm with python3 (3.11), python3-venv, ca-certificates and libstdc++6
+#   (numpy's wheels link it; python:3.11-slim has it through apt), made by mmdebstrap and imported into buildah as BASE (the Dockerfile's default stays the public
 #   python:3.11-slim). Cached as a tarball keyed on its recipe.
 # - Image: `buildah bud` (chroot isolation, vfs storage in a private, temporary store) on that
 #   base, exported as an OCI archive to ~/.cache/slascaler/image/<key>/ (or $SLASCALER_CACHE),
@@ -23,7 +23,7 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 self="$root/operator/image/build.sh"
 cache="${SLASCALER_CACHE:-$HOME/.cache/slascaler}/image"
 suite=bookworm
-base_packages=python3,python3-venv,ca-certificates
+base_packages=python3,python3-venv,ca-certificates,libstdc++6
 mkdir -p "$cache"
 
 say() { echo "image: $*" >&2; }
@@ -135,5 +135,8 @@ mkdir -p "$work/out"
 buildah "${store[@]}" push --quiet "$tag" "oci-archive:$work/out/slascaler-operator.oci.tar:slascaler/operator:$version" >&2
 rm -rf "$out"
 mv "$work/out" "$out"
+# Keep the three newest images (other checkouts may use older ones), drop the rest.
+find "$cache" -mindepth 1 -maxdepth 1 -type d -regextype egrep -regex '.*/[0-9a-f]{16}' \
+  -printf '%T@ %p\n' | sort -rn | tail -n +4 | cut -d' ' -f2- | xargs -r rm -rf
 say "built in $((SECONDS - started)) s: $archive ($(du -h "$archive" | cut -f1))"
 echo "$archive"

@@ -22,10 +22,13 @@ Names follow Prometheus conventions (`slascaler_` prefix, base units, `_total` c
 | slascaler_target_info | gauge (1) | namespace, name, deployment, engine |
 | slascaler_prometheus_query_duration_seconds | histogram | — |
 
-The last five say what the status says (its conditions, the engine flags the Deployment
-carries, a failed action) so that alerts and the chart's dashboard can read them; they are set
-from the status the reconcile wrote. `slascaler_errors_total` starts at 0 for every stage, so
-that a rate over it exists before the first error.
+`slascaler_condition`, `slascaler_engine_flag` and `slascaler_action_failures_total` say what
+the status the reconcile wrote says (its conditions, the engine flags the Deployment carries, a
+failed action), so that alerts and the chart's dashboard can read them; `slascaler_target_info`
+lets the dashboard find the target's pods. Counters start at 0 (`slascaler_errors_total` for
+every stage, `slascaler_actions_total` and `slascaler_action_failures_total` for each
+InferenceSLA at its first evaluation), so that the first error or action is an increase that
+an alert can see.
 
 Created by `slascaler run`; written by `reconcile` (and the Prometheus source's query timer,
 wired in `wiring`); served on the metrics port.
@@ -157,6 +160,14 @@ class Telemetry:
         self.replicas.labels(*labels, "current").set(current)
         self.replicas.labels(*labels, "recommended").set(decision.replicas)
         self.target_info.labels(*labels, spec.target.name, str(spec.engine)).set(1)
+        # Counters start at 0, so that the first action or failure is an increase, not a
+        # new series that increase() and rate() cannot see.
+        for knob, bounds in (("maxBatchSize", spec.max_batch_size), ("chunkSize", spec.chunk_size)):
+            if bounds is not None:
+                self.actions.labels(*labels, knob)
+        self.actions.labels(*labels, "replicas")
+        for reason in sorted(FAILED_ACTIONS):
+            self.action_failures.labels(*labels, reason)
         if status is not None:
             self._status(labels, status)
 
