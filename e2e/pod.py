@@ -139,6 +139,28 @@ class ContainerProcess(OperatorProcess):
             sys.executable, str(LAUNCH), str(path),
         ]  # fmt: skip
 
+    def container_pid(self) -> int:
+        """The host's pid of the container's process (PID 1 of its namespace)."""
+        assert self.service is not None and self.service.process is not None
+        unshare = self.service.process.pid
+        children = Path(f"/proc/{unshare}/task/{unshare}/children").read_text().split()
+        assert len(children) == 1, children
+        return int(children[0])
+
+    def proc(self, name: str) -> str:
+        """/proc/<container pid>/<name>, as the host sees it."""
+        return Path(f"/proc/{self.container_pid()}/{name}").read_text(errors="replace")
+
+    def mount_options(self, mount_point: str) -> set[str]:
+        """The mount options of a mount point in the container's view (the topmost mount)."""
+        found: set[str] | None = None
+        for line in self.proc("mountinfo").splitlines():
+            fields = line.split()
+            if fields[4] == mount_point:
+                found = set(fields[5].split(","))
+        assert found is not None, f"nothing mounted at {mount_point}"
+        return found
+
     def written_outside_tmp(self) -> list[str]:
         """Paths the container created or changed in the image's root filesystem."""
         upper = self.pod_dir / "upper"
