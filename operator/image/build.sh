@@ -80,6 +80,7 @@ if [ ! -f "$base_tar" ]; then
   mmdebstrap --quiet --variant=essential --include="$base_packages" --format=tar \
     "$suite" "$work/base.tar" >&2
   mv "$work/base.tar" "$base_tar"
+  find "$cache" -maxdepth 1 -name 'base-*.tar' ! -name "base-$base_key.tar" -delete
 fi
 # -- end base
 
