@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml simulator/pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv test lint typecheck unit e2e substrate cluster-up cluster-down analyze demo bench clean
+.PHONY: venv test lint typecheck unit e2e substrate image cluster-up cluster-down analyze demo bench clean
 
 venv: $(STAMP)
 
@@ -36,8 +36,13 @@ unit: $(STAMP)
 substrate:
 	bash e2e/cluster/build.sh
 
+## image: build (cold: about 3 minutes on 2 cores) or find the operator image, an OCI archive
+## under ~/.cache/slascaler/image/ (buildah on a Debian base, no Docker engine; needs root)
+image:
+	bash operator/image/build.sh
+
 ## e2e: the e2e suite on a local control plane and Prometheus (or --kubeconfig, see e2e/kind)
-e2e: $(STAMP) substrate
+e2e: $(STAMP) substrate image
 	$(BIN)/pytest --e2e e2e/tests --durations=15 $(E2E_ARGS)
 
 ## cluster-up / cluster-down: the local control plane by hand (prints the KUBECONFIG)

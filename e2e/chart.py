@@ -2,14 +2,19 @@
 for the operator's pod.
 
 KWOK pods run no containers, so `OperatorKubelet` does what a kubelet would for the chart's
-operator pod: for the Ready pod of the release's Deployment it starts `slascaler run` beside
-the cluster with that pod's environment (as rendered by the chart, so a `helm upgrade` that
-changes a value changes the process), authenticated by a token bound to that pod and its
-ServiceAccount (so the chart's RBAC is exactly what the process may do; the token dies with
-the pod). When the pod is replaced (an upgrade rolls it) the old process stops and a new one
-starts; when the process dies (SIGKILL), it is restarted, as restartPolicy Always would.
-Only the listen ports differ: a pod's IP does not exist here, so the process listens on
-free loopback ports.
+operator pod: for the Ready pod of the release's Deployment it runs the operator image's
+entrypoint from the image's root filesystem (`e2e.pod.ContainerProcess`: read-only root,
+/tmp as the chart's emptyDir, the pod's runAsUser and runAsGroup) with that pod's environment
+(as rendered by the chart, so a `helm upgrade` that changes a value changes the process),
+authenticated by a token bound to that pod and its ServiceAccount, mounted where the
+in-cluster configuration reads it (so the chart's RBAC is exactly what the process may do;
+the token dies with the pod). When the pod is replaced (an upgrade rolls it) the old process
+stops and a new one starts; when the process dies (SIGKILL), it is restarted, as
+restartPolicy Always would. Only the listen ports differ: a pod's IP does not exist here, so
+the process listens on free loopback ports; the kubelet registers its metrics port as a
+Prometheus target (job `operator`, with the pod's `namespace` and `pod` labels), as the
+chart's ServiceMonitor would. Without an image (`image=None`) it runs `slascaler run` from
+this virtualenv instead.
 
 Used by `e2e/tests/test_scenarios.py`.
 """
@@ -25,8 +30,11 @@ from typing import Any
 import yaml
 
 from e2e.cluster.processes import poll
+from e2e.cluster.prometheus import PrometheusServer, Target
+from e2e.image import OperatorImage
 from e2e.kube import Kube, is_ready
 from e2e.operator import OperatorProcess
+from e2e.pod import ApiEndpoint, ContainerProcess, ServiceAccountFiles
 
 CHART = Path(__file__).resolve().parents[1] / "charts" / "slascaler"
 LISTEN = ("SLASCALER_HEALTH_PORT", "SLASCALER_METRICS_PORT", "SLASCALER_BIND_ADDRESS")
@@ -75,8 +83,15 @@ class HelmRelease:
 class OperatorKubelet:
     """Runs the operator process for the release's Ready operator pod."""
 
-    def __init__(self, release: HelmRelease, logs: Path) -> None:
+    def __init__(
+        self,
+        release: HelmRelease,
+        logs: Path,
+        image: OperatorImage | None = None,
+        prometheus: PrometheusServer | None = None,
+    ) -> None:
         self.release, self.kube, self.logs = release, release.kube, logs
+        self.image, self.prometheus = image, prometheus
         self.process: OperatorProcess | None = None
         self.pod: str | None = None
         self._stop = threading.Event()
@@ -92,9 +107,18 @@ class OperatorKubelet:
         self._stop.set()
         self._thread.join(timeout=10)
         with self._lock:
-            if self.process is not None:
+            self._remove()
+
+    def _remove(self) -> None:
+        """The pod is gone: so is its container, and its scrape target."""
+        if self.process is not None:
+            if isinstance(self.process, ContainerProcess):
+                self.process.remove()
+            else:
                 self.process.stop()
-                self.process = None
+        self.process, self.pod = None, None
+        if self.prometheus is not None:
+            self.prometheus.set_targets("operator", [], key=self.release.name)
 
     def _loop(self) -> None:
         while not self._stop.wait(0.5):
@@ -110,8 +134,7 @@ class OperatorKubelet:
         with self._lock:
             current = next((p for p in pods if p.metadata.name == self.pod), None)
             if current is None and self.process is not None:
-                self.process.stop()  # the pod is gone: so is its container
-                self.process, self.pod = None, None
+                self._remove()
             if self.process is None and pods:
                 self._run(pods[0])
             elif self.process is not None and not self.process.service_running():
@@ -127,12 +150,39 @@ class OperatorKubelet:
             "-n", self.release.namespace, "--bound-object-kind=Pod",
             f"--bound-object-name={pod.metadata.name}", "--duration=2h",
         ).stdout.strip()  # fmt: skip
-        kubeconfig = self.kube.as_token(token, self.logs / f"{pod.metadata.name}.kubeconfig")
-        process = OperatorProcess(kubeconfig.kubeconfig, env, self.logs / "operator.log")
+        name = pod.metadata.name
+        process: OperatorProcess
+        if self.image is not None:
+            pod_security = pod.spec.security_context
+            security = container.security_context
+            uid = _first(security, pod_security, "run_as_user")
+            gid = _first(security, pod_security, "run_as_group")
+            api = ApiEndpoint.of(self.kube.kubeconfig)
+            process = ContainerProcess(
+                self.image,
+                self.logs / "pods" / name,
+                api,
+                ServiceAccountFiles(token, api.ca, self.release.namespace),
+                env,
+                self.logs / "operator.log",
+                user=(uid, gid if gid is not None else uid) if uid is not None else None,
+                read_only_root=bool(security and security.read_only_root_filesystem),
+                hostname=name,
+            )  # fmt: skip
+        else:
+            kubeconfig = self.kube.as_token(token, self.logs / f"{name}.kubeconfig")
+            process = OperatorProcess(kubeconfig.kubeconfig, env, self.logs / "operator.log")
         process.start()
-        self.process, self.pod = process, pod.metadata.name
+        self.process, self.pod = process, name
+        if self.prometheus is not None:
+            target = Target(
+                f"127.0.0.1:{process.metrics_port}",
+                {"namespace": self.release.namespace, "pod": name},
+            )
+            self.prometheus.set_targets("operator", [target], key=self.release.name)
 
     def running_env(self) -> dict[str, str]:
+        """The pod's environment the running process got (as rendered by the chart)."""
         with self._lock:
             return dict(self.process.settings) if self.process else {}
 
@@ -155,3 +205,12 @@ class OperatorKubelet:
         errors = "".join(f"kubelet error: {e}\n" for e in self.errors[-5:])
         with self._lock:
             return errors + (self.process.tail() if self.process else "(no operator process)")
+
+
+def _first(container: Any, pod: Any, field: str) -> int | None:
+    """A securityContext field: the container's, else the pod's, else None (the image's)."""
+    for context in (container, pod):
+        value = getattr(context, field, None) if context is not None else None
+        if value is not None:
+            return int(value)
+    return None

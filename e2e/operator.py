@@ -4,7 +4,8 @@
 or a ServiceAccount token's) and `SLASCALER_*` settings, logs to a file, and can be stopped,
 SIGKILLed and started again. Its liveness and metrics endpoints listen on free loopback ports.
 
-Used by `e2e/tests/test_operator.py` and, through `e2e.chart_runner`, by the scenarios.
+Used by `e2e/tests/test_operator.py`; `e2e.pod.ContainerProcess` runs the same from the
+operator image instead, for the chart's pod.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ SLASCALER = Path(sys.executable).parent / "slascaler"
 
 
 class OperatorProcess:
-    def __init__(self, kubeconfig: Path, settings: Mapping[str, str], log: Path) -> None:
+    def __init__(self, kubeconfig: Path | None, settings: Mapping[str, str], log: Path) -> None:
         self.kubeconfig = kubeconfig
         self.settings = dict(settings)
         self.log = log
@@ -32,17 +33,20 @@ class OperatorProcess:
     def env(self) -> dict[str, str]:
         return {
             **self.settings,
-            "KUBECONFIG": str(self.kubeconfig),
+            "KUBECONFIG": str(self.kubeconfig or ""),
             "SLASCALER_BIND_ADDRESS": "127.0.0.1",
             "SLASCALER_HEALTH_PORT": str(self.health_port),
             "SLASCALER_METRICS_PORT": str(self.metrics_port),
             "KUBERNETES_SERVICE_HOST": "",  # never take in-cluster credentials by accident
         }
 
+    def command(self) -> list[str]:
+        return [str(SLASCALER), "run"]
+
     def start(self) -> OperatorProcess:
         self.starts += 1
         self.service = Service(
-            f"slascaler-{self.starts}", [str(SLASCALER), "run"], self.log, env=self.env()
+            f"slascaler-{self.starts}", self.command(), self.log, env=self.env()
         ).start()
         poll(self.healthy, timeout=30, what="the operator's /healthz", describe=self.tail)
         return self

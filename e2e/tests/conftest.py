@@ -5,6 +5,8 @@
   nodes, see e2e/kind/README.md; never the ambient KUBECONFIG, so that no test touches a
   cluster by accident).
 - `prometheus` (session): a real Prometheus whose targets a test sets (file discovery).
+- `operator_image` (session): the operator image built (or found) by `operator/image/build.sh`,
+  its root filesystem extracted, for the chart's stand-in kubelet.
 - `namespace` (per test): a fresh namespace labelled `slascaler.io/e2e=true`, deleted after.
 - A failing test gets the tails of every substrate log (and of logs its fixtures registered
   with `logs.register`) in its report.
@@ -25,6 +27,7 @@ from e2e.cluster.binaries import ensure_binaries
 from e2e.cluster.local import LocalCluster
 from e2e.cluster.processes import poll
 from e2e.cluster.prometheus import PrometheusServer
+from e2e.image import OperatorImage, ensure_image
 from e2e.kube import Kube
 
 
@@ -80,6 +83,11 @@ class Substrate:
 @pytest.fixture(scope="session")
 def binaries() -> Path:
     return ensure_binaries()
+
+
+@pytest.fixture(scope="session")
+def operator_image() -> OperatorImage:
+    return ensure_image()
 
 
 @pytest.fixture(scope="session")

@@ -1,9 +1,13 @@
 """The Helm chart without a cluster: `helm lint` is clean, and `helm template` with the CI values
 files renders what matters (RBAC rules, the hardened securityContext, values wired into the
-operator's environment, the optional objects, peering when replicated)."""
+operator's environment, the optional objects, peering when replicated), the Grafana dashboard
+(every panel's query reads metrics the operator or the engines really export) and the alerts
+(each with its runbook entry). That every dashboard query returns data and that an alert fires
+is in test_scenarios.py, against the e2e Prometheus."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -11,6 +15,15 @@ from typing import Any
 import pytest
 import yaml
 from e2e.chart import CHART
+from e2e.dashboard import (
+    dashboard_of,
+    engine_metric_names,
+    metric_names,
+    operator_metric_names,
+    panel_queries,
+    rules_of,
+    variable_queries,
+)
 
 VALUES = sorted((CHART / "ci").glob("*.yaml"))
 
@@ -56,6 +69,7 @@ def test_defaults_render_cluster_wide_least_privilege(binaries: Path) -> None:
     ]
     assert by_kind(docs, "Role") == [] and by_kind(docs, "ClusterKopfPeering") == []
     assert by_kind(docs, "ServiceMonitor") == [] and by_kind(docs, "PodDisruptionBudget") == []
+    assert by_kind(docs, "ConfigMap") == [] and by_kind(docs, "PrometheusRule") == []
 
 
 def test_pod_is_hardened_and_env_carries_the_values(binaries: Path) -> None:
@@ -101,6 +115,8 @@ def test_namespaced_install_uses_roles_and_peering_per_namespace(binaries: Path)
     ]
     (monitor,) = by_kind(docs, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    # The operator's `namespace` label is an InferenceSLA's, not the scraped pod's.
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
     assert by_kind(docs, "PodDisruptionBudget")[0]["spec"]["minAvailable"] == 1
 
 
@@ -125,3 +141,85 @@ def test_crds_come_from_the_single_source(binaries: Path) -> None:
     assert link.is_symlink() and link.resolve() == (CHART.parents[1] / "manifests" / "crds")
     result = helm(binaries, "show", "crds", str(CHART))
     assert "name: inferenceslas.slascaler.io" in result.stdout
+
+
+def test_dashboard_is_a_configmap_for_grafanas_sidecar(binaries: Path) -> None:
+    docs = render(binaries, "-f", str(CHART / "ci" / "ha-namespaced-values.yaml"))
+    (config_map,) = by_kind(docs, "ConfigMap")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert config_map["metadata"]["namespace"] == "monitoring"
+    dashboard = dashboard_of(docs)
+    assert dashboard["uid"] == "slascaler"
+    assert set(variable_queries(dashboard)) == {"namespace", "name", "deployment"}
+    titles = {title for title, _ in panel_queries(dashboard)}
+    for wanted in (
+        "TTFT against its objective", "Inter-token latency against its objective", "Regime",
+        "Replicas: current and recommended", "Decisions by reason (actions and holds)",
+        "Changes made and failed actions", "Engine flags", "Reconcile duration",
+        "Errors by stage", "Prometheus query latency",
+    ):  # fmt: skip
+        assert wanted in titles, wanted
+    # Engine panels select the target's pods with the chart's labels, as the operator does.
+    engine = [q for _, q in panel_queries(dashboard) if "vllm:" in q]
+    assert engine and all(
+        'kubernetes_namespace="$namespace"' in q and "kubernetes_pod_name=~" in q for q in engine
+    )
+    assert "__" not in json_text(config_map).replace("$__rate_interval", "")
+
+
+def json_text(config_map: dict[str, Any]) -> str:
+    return str(config_map["data"]["slascaler.json"])
+
+
+def test_every_dashboard_query_reads_metrics_that_are_exported(binaries: Path) -> None:
+    dashboard = dashboard_of(render(binaries, "--set", "dashboardEnabled=true"))
+    exported = operator_metric_names() | engine_metric_names()
+    variables = variable_queries(dashboard).items()
+    queries = panel_queries(dashboard) + [(f"${name}", sel) for name, (sel, _) in variables]
+    read = set()
+    for title, promql in queries:
+        names = metric_names(promql)
+        assert names, (title, promql)
+        assert names <= exported, (title, names - exported)
+        read |= names
+    # The parser is not vacuous: it finds the operator's and the engines' names.
+    assert {"slascaler_ttft_seconds", "slascaler_engine_flag", "vllm:num_requests_waiting"} <= read
+    assert metric_names('sum by (le) (rate(x_bucket{a="b(c)"}[5m])) > 1e3 unless on (n) y') == {
+        "x_bucket",
+        "y",
+    }
+
+
+def test_alerts_read_exported_metrics_and_link_their_runbook_entry(binaries: Path) -> None:
+    docs = render(binaries, "--set", "alertsEnabled=true", "--set", "alertsLabels.team=ml")
+    (rule,) = by_kind(docs, "PrometheusRule")
+    rules = [r for group in rules_of(docs) for r in group["rules"]]
+    assert {r["alert"] for r in rules} == {
+        "SlascalerSLANotMet", "SlascalerCapacityLimited", "SlascalerMetricsUnavailable",
+        "SlascalerNotReconciling", "SlascalerOperatorDown", "SlascalerActionsFailing",
+    }  # fmt: skip
+    runbook = (CHART.parents[1] / "docs" / "runbook.md").read_text(encoding="utf-8")
+    anchors = {
+        re.sub(r"[^a-z0-9-]", "", h.lower().replace(" ", "-"))
+        for h in re.findall(r"^## (.+)$", runbook, re.M)
+    }
+    exported = operator_metric_names() | {"up"}
+    for alert in rules:
+        assert metric_names(alert["expr"]) <= exported, alert["alert"]
+        url = alert["annotations"]["runbook_url"]
+        assert url == f"docs/runbook.md#{alert['alert'].lower()}", url
+        assert url.split("#")[1] in anchors, (alert["alert"], anchors)
+        assert alert["labels"]["team"] == "ml" and alert["labels"]["severity"]
+        assert "{{ $labels" in alert["annotations"]["summary"] or "absent" in alert["expr"]
+    by_name = {r["alert"]: r for r in rules}
+    assert 'job="rel-slascaler-metrics"' in by_name["SlascalerOperatorDown"]["expr"]
+    assert by_name["SlascalerMetricsUnavailable"]["for"] == "10m"
+    assert "unless" in by_name["SlascalerSLANotMet"]["expr"]
+    assert rule["metadata"]["namespace"] == "ops"
+
+
+def test_bad_alert_and_dashboard_values_are_refused(binaries: Path) -> None:
+    for bad in ("alertsSlaNotMetFor=soon", "alertsActionFailuresThreshold=0",
+                "dashboardNamespace=Not_A_Name"):  # fmt: skip
+        result = helm(binaries, "template", "rel", str(CHART), "--set", bad)
+        assert result.returncode != 0 and bad.split("=")[0] in result.stderr, bad

@@ -1,8 +1,13 @@
-"""End-to-end SLA scenarios: the chart installed with `helm install`, the operator running with
-the chart's ServiceAccount and environment, a real Prometheus scraping simulated engines that
-follow the target Deployment's pods, and load changed while it runs. Each scenario asserts
+"""End-to-end SLA scenarios: the chart installed with `helm install`, the operator running from
+its image with the chart's ServiceAccount, environment and securityContext, a real Prometheus
+scraping simulated engines that follow the target Deployment's pods (and the operator's own
+metrics), and load changed while it runs. Each scenario asserts
 outcomes by polling with deadlines; `DeploymentHistory` records every change of the target so
 that each one announced by an Event is checked to have happened exactly once.
+
+Scenario 10 loads the chart's alerts into the e2e Prometheus, fires SlascalerMetricsUnavailable
+and sees SlascalerSLANotMet pending, and runs every query of the chart's dashboard against that
+Prometheus (which scrapes the operator's pod); it runs before scenario 9, which uninstalls.
 
 Scenario 6 (invalid InferenceSLAs refused with messages naming the field) is
 `test_operator.py::test_explain_and_refusals_name_the_field`; Recommend mode per object is
@@ -22,9 +27,19 @@ import pytest
 from e2e.chart import HelmRelease, OperatorKubelet
 from e2e.cluster.processes import poll
 from e2e.cluster.prometheus import PrometheusServer
+from e2e.dashboard import (
+    dashboard_of,
+    panel_queries,
+    render,
+    rules_of,
+    substitute,
+    variable_queries,
+)
 from e2e.engines import EngineFleet, Load, percentile
 from e2e.history import DeploymentHistory
+from e2e.image import OperatorImage
 from e2e.kube import Kube, gpu_deployment, is_ready, node_gpus
+from e2e.pod import ContainerProcess
 from e2e.slas import SLAWatch, inference_sla
 from e2e.tests.conftest import LogRegistry, Substrate
 
@@ -40,6 +55,7 @@ A100, H100 = PROFILES["llama3-8b-a100"], PROFILES["llama3-8b-h100"]
 def release(
     substrate: Substrate,
     prometheus: PrometheusServer,
+    operator_image: OperatorImage,
     tmp_path_factory: pytest.TempPathFactory,
     logs: LogRegistry,
 ) -> Iterator[tuple[HelmRelease, OperatorKubelet]]:
@@ -52,7 +68,7 @@ def release(
         "prometheusTimeout": "2s",
     }
     helm.install(values)
-    kubelet = OperatorKubelet(helm, workdir).start()
+    kubelet = OperatorKubelet(helm, workdir, operator_image, prometheus).start()
     logs.register("operator (chart)", kubelet.tail)
     kubelet.wait_running()
     yield helm, kubelet
@@ -310,6 +326,92 @@ def test_5_prometheus_stopped_holds_then_recovers(
             timeout=90,
             what="acting again once metrics are back",
         )
+
+
+def firing(
+    prometheus: PrometheusServer, alert: str, states: set[str], **labels: str
+) -> list[dict[str, Any]]:
+    return [
+        a
+        for a in prometheus.alerts()
+        if a["labels"].get("alertname") == alert
+        and a["state"] in states
+        and all(a["labels"].get(k) == v for k, v in labels.items())
+    ]
+
+
+def test_10_alerts_fire_and_every_dashboard_query_returns_data(
+    kube: Kube,
+    namespace: str,
+    prometheus: PrometheusServer,
+    substrate: Substrate,
+    release: tuple[HelmRelease, OperatorKubelet],
+) -> None:
+    _, kubelet = release
+    container = kubelet.process
+    assert isinstance(container, ContainerProcess), "the chart's pod runs from the image"
+    assert "ro" in container.mount_options("/"), "readOnlyRootFilesystem"
+    docs = render(
+        substrate.bin_dir / "helm",
+        *("--set", "dashboardEnabled=true", "--set", "alertsEnabled=true"),
+        *("--set", "alertsMetricsUnavailableFor=5s", "--set", "alertsOperatorJob=operator"),
+    )
+    prometheus.set_rules("slascaler", rules_of(docs))
+    try:
+        poll(
+            lambda: all(r["health"] == "ok" for g in prometheus.rules() for r in g["rules"]),
+            timeout=30,
+            what="every rule evaluated without error",
+            describe=lambda: str(prometheus.rules()),
+        )
+        # A Deployment no engine serves: no series, MetricsAvailable=False, the alert fires.
+        deploy(kube, namespace, "silent", 1)
+        kube.apply(inference_sla("silent-sla", "silent"), namespace=namespace)
+        # One whose TTFT objective (50 ms) is below a 1000-token prefill on an A100: SLAMet
+        # False (InfeasibleForPrompts), no GPU shortage, so SlascalerSLANotMet is pending (its
+        # `for` is 15 minutes); with an ITL objective and an engine flag, every panel has data.
+        deploy(kube, namespace, "llama", 1, args=["--max-num-seqs", "16"])
+        with under_sla(
+            kube, namespace, prometheus, "llama", A100, Load(4.0, 1000, 100),
+            window="20s", replicas=span(1, 3), objectives=objectives(ttft_ms=50, itl_ms=200),
+            behavior=FAST,
+        ) as (_, _, sla):  # fmt: skip
+            poll(
+                lambda: firing(prometheus, "SlascalerSLANotMet", {"pending", "firing"},
+                               namespace=namespace, name="llama-sla"),
+                timeout=90,
+                what="SlascalerSLANotMet pending for the loaded SLA",
+                describe=lambda: str(sla.status().get("conditions")),
+            )  # fmt: skip
+            (alert,) = poll(
+                lambda: firing(prometheus, "SlascalerMetricsUnavailable", {"firing"},
+                               namespace=namespace, name="silent-sla"),
+                timeout=60,
+                what="SlascalerMetricsUnavailable firing for the SLA without metrics",
+                describe=lambda: str(prometheus.alerts()),
+            )  # fmt: skip
+            assert alert["annotations"]["runbook_url"].endswith("#slascalermetricsunavailable")
+            assert not firing(prometheus, "SlascalerMetricsUnavailable", {"pending", "firing"},
+                              namespace=namespace, name="llama-sla")  # fmt: skip
+
+            dashboard = dashboard_of(docs)
+            values = {"namespace": namespace, "name": "llama-sla", "deployment": "llama"}
+            for variable, (selector, label) in variable_queries(dashboard).items():
+                series = prometheus.query(substitute(selector, values))
+                assert values[variable] in {s["metric"].get(label) for s in series}, variable
+
+            def without_data() -> list[str]:
+                return [
+                    f"{title}: {query}"
+                    for title, query in panel_queries(dashboard)
+                    if not prometheus.query(substitute(query, values))
+                ]
+
+            poll(lambda: not without_data(), timeout=60, what="data for every panel's query",
+                 describe=lambda: "\n".join(without_data()))  # fmt: skip
+    finally:
+        prometheus.set_rules("slascaler", [])
+    assert container.written_outside_tmp() == []
 
 
 def test_9_helm_upgrade_is_followed_and_uninstall_leaves_nothing(

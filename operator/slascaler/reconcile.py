@@ -229,7 +229,7 @@ class Reconciler:
         self._write_status(namespace, name, status)
         if event is not None and not outcome.acted:
             self._event(sla, *event, now)
-        self.telemetry.evaluated(namespace, name, spec, decision, view.state.spec_replicas)
+        self.telemetry.evaluated(namespace, name, spec, decision, view.state.spec_replicas, status)
         rate = decision.sustainable_rate
         log.info(
             "%s/%s: %s [%s req/s per replica within the SLA]",

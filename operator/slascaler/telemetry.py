@@ -15,13 +15,30 @@ Names follow Prometheus conventions (`slascaler_` prefix, base units, `_total` c
 | slascaler_itl_seconds / slascaler_itl_objective_seconds | gauge | namespace, name |
 | slascaler_replicas | gauge | namespace, name, kind (current, recommended) |
 | slascaler_build_info | gauge | version |
+| slascaler_condition | gauge (1 for the current status) | namespace, name, type, status |
+| slascaler_engine_flag | gauge | namespace, name, knob (maxBatchSize, chunkSize) |
+| slascaler_action_failures_total | counter | namespace, name, reason (ActionFailed, |
+|  |  | DecisionRejected) |
+| slascaler_target_info | gauge (1) | namespace, name, deployment, engine |
+| slascaler_prometheus_query_duration_seconds | histogram | — |
 
-Created by `slascaler run`; written by `reconcile`; served on the metrics port.
+`slascaler_condition`, `slascaler_engine_flag` and `slascaler_action_failures_total` say what
+the status the reconcile wrote says (its conditions, the engine flags the Deployment carries, a
+failed action), so that alerts and the chart's dashboard can read them; `slascaler_target_info`
+lets the dashboard find the target's pods. Counters start at 0 (`slascaler_errors_total` for
+every stage, `slascaler_actions_total` and `slascaler_action_failures_total` for each
+InferenceSLA at its first evaluation), so that the first error or action is an increase that
+an alert can see.
+
+Created by `slascaler run`; written by `reconcile` (and the Prometheus source's query timer,
+wired in `wiring`); served on the metrics port.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -31,6 +48,9 @@ from slascaler.policy import Decision
 from slascaler.spec import SLASpec
 
 SLA_LABELS = ("namespace", "name")
+ERROR_STAGES = ("metrics", "kubernetes", "status")
+CONDITION_STATUSES = ("True", "False", "Unknown")
+FAILED_ACTIONS = frozenset({"ActionFailed", "DecisionRejected"})
 
 
 class Telemetry:
@@ -84,13 +104,46 @@ class Telemetry:
         Gauge("slascaler_build_info", "slascaler's version.", ["version"], registry=r).labels(
             __version__
         ).set(1)
+        for stage in ERROR_STAGES:
+            self.errors.labels(stage)
+        self.condition = Gauge(
+            "slascaler_condition",
+            "1 for the current status of each condition of an InferenceSLA, 0 for the others.",
+            [*SLA_LABELS, "type", "status"], registry=r,
+        )  # fmt: skip
+        self.engine_flag = Gauge(
+            "slascaler_engine_flag", "Engine flags the target Deployment carries, by knob.",
+            [*SLA_LABELS, "knob"], registry=r,
+        )  # fmt: skip
+        self.action_failures = Counter(
+            "slascaler_action_failures_total",
+            "Actions decided but not made (refused by the Kubernetes API, or rejected).",
+            [*SLA_LABELS, "reason"], registry=r,
+        )  # fmt: skip
+        self.target_info = Gauge(
+            "slascaler_target_info", "The Deployment and engine an InferenceSLA holds (1).",
+            [*SLA_LABELS, "deployment", "engine"], registry=r,
+        )  # fmt: skip
+        self.prometheus_query_duration = Histogram(
+            "slascaler_prometheus_query_duration_seconds",
+            "Time of one query to Prometheus, retries included.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
 
     def serve(self, port: int, address: str) -> None:
         start_http_server(port, addr=address, registry=self.registry)
 
     def evaluated(
-        self, namespace: str, name: str, spec: SLASpec, decision: Decision, current: int
+        self,
+        namespace: str,
+        name: str,
+        spec: SLASpec,
+        decision: Decision,
+        current: int,
+        status: Mapping[str, Any] | None = None,
     ) -> None:
+        """One evaluation; `status` (as written) gives conditions, flags and a failed action."""
         labels = (namespace, name)
         self.reconciles.labels(*labels, "evaluated").inc()
         self.decisions.labels(*labels, decision.reason_code).inc()
@@ -106,12 +159,38 @@ class Telemetry:
             self.itl_objective.labels(*labels).set(spec.itl.threshold_ms / 1000)
         self.replicas.labels(*labels, "current").set(current)
         self.replicas.labels(*labels, "recommended").set(decision.replicas)
+        self.target_info.labels(*labels, spec.target.name, str(spec.engine)).set(1)
+        # Counters start at 0, so that the first action or failure is an increase, not a
+        # new series that increase() and rate() cannot see.
+        for knob, bounds in (("maxBatchSize", spec.max_batch_size), ("chunkSize", spec.chunk_size)):
+            if bounds is not None:
+                self.actions.labels(*labels, knob)
+        self.actions.labels(*labels, "replicas")
+        for reason in sorted(FAILED_ACTIONS):
+            self.action_failures.labels(*labels, reason)
+        if status is not None:
+            self._status(labels, status)
+
+    def _status(self, labels: tuple[str, str], status: Mapping[str, Any]) -> None:
+        for condition in status.get("conditions") or ():
+            kind, now = condition.get("type"), condition.get("status")
+            if isinstance(kind, str) and now in CONDITION_STATUSES:
+                for value in CONDITION_STATUSES:
+                    self.condition.labels(*labels, kind, value).set(1 if value == now else 0)
+        flags = status.get("engineFlags") or {}
+        for knob in ("maxBatchSize", "chunkSize"):
+            if isinstance(flags.get(knob), int):
+                self.engine_flag.labels(*labels, knob).set(flags[knob])
+        outcome = (status.get("recommendation") or {}).get("reasonCode")
+        if outcome in FAILED_ACTIONS:
+            self.action_failures.labels(*labels, outcome).inc()
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop the series of a deleted InferenceSLA."""
         for metric in (
             self.reconciles, self.decisions, self.actions, self.regime, self.ttft,
             self.ttft_objective, self.itl, self.itl_objective, self.replicas,
+            self.condition, self.engine_flag, self.action_failures, self.target_info,
         ):  # fmt: skip
             for labels in list(metric._metrics):
                 if labels[:2] == (namespace, name):

@@ -131,6 +131,7 @@ def run(settings: Settings) -> None:
         if settings.prometheus_bearer_token_file
         else None
     )
+    telemetry = Telemetry()
     source = PrometheusSource(
         PrometheusSettings(
             url=settings.prometheus_url,
@@ -140,9 +141,9 @@ def run(settings: Settings) -> None:
             pod_label=settings.pod_label,
             bearer_token=token,
             verify_tls=not settings.prometheus_insecure_skip_verify,
-        )
+        ),
+        observe_query=telemetry.prometheus_query_duration.observe,
     )
-    telemetry = Telemetry()
     if settings.metrics_port:
         telemetry.serve(settings.metrics_port, settings.bind_address)
     reconciler = Reconciler(clients, source, telemetry, clock=time.time, dry_run=settings.dry_run)

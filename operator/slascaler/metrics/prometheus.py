@@ -20,7 +20,8 @@ Called by the reconcile loop (one instance per operator) and `slascaler analyze 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,8 +68,14 @@ def _value(sample: Mapping[str, Any]) -> float:
 class PrometheusSource:
     """Observations of InferenceSLA targets from one Prometheus server."""
 
-    def __init__(self, settings: PrometheusSettings) -> None:
+    def __init__(
+        self,
+        settings: PrometheusSettings,
+        observe_query: Callable[[float], None] | None = None,
+    ) -> None:
+        """`observe_query`, when given, is told each query's duration in seconds."""
         self.settings = settings
+        self.observe_query = observe_query
         retry = Retry(
             total=settings.retries,
             connect=settings.retries,
@@ -91,10 +98,14 @@ class PrometheusSource:
         )
 
     def _query(self, query: str, now: float) -> list[dict[str, Any]]:
+        started = time.monotonic()
         try:
             result = self.client.custom_query(query, params={"time": f"{now:.3f}"})
         except (requests.RequestException, PrometheusApiClientException) as error:
             raise _QueryFailed(f"{type(error).__name__}: {error}") from error
+        finally:
+            if self.observe_query is not None:
+                self.observe_query(time.monotonic() - started)
         if not isinstance(result, list):
             raise _QueryFailed(f"unexpected answer to {query!r}: {result!r}")
         return result
