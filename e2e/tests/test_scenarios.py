@@ -43,7 +43,7 @@ from e2e.pod import ContainerProcess
 from e2e.slas import SLAWatch, inference_sla
 from e2e.tests.conftest import LogRegistry, Substrate
 
-from slascaler.policy.decision import PACING_HOLDS
+from slascaler.policy.reasons import PACING_HOLDS
 from slascaler_sim.profiles import PROFILES, CostProfile
 
 RELEASE_NAMESPACE = "slascaler-system"

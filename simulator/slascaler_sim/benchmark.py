@@ -20,8 +20,9 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from slascaler.policy.decide import DEFAULT_TUNABLES
 from slascaler_sim.baselines import (
     QUEUE_TARGET_PER_POD,
     DynamoLoadPlanner,
@@ -57,11 +58,17 @@ class Plan:
     needed: tuple[int, ...]  # per 1-minute window, the oracle's count (`baselines.oracle`)
     hindsight: StaticChoice  # the hindsight-best static configuration
     profiling_runs: int  # runs at fixed counts the two took
+    feasible: tuple[bool, ...] = ()  # per window: some count meets it
 
     @property
     def initial(self) -> int:
-        """The opening window's count: where every online policy starts."""
-        return self.needed[0] if self.needed else 1
+        """Where every online policy starts: the count of the first window some count meets
+        (what a user who sized the Deployment for the opening load would have)."""
+        for needed, feasible in zip(self.needed, self.feasible or (True,) * len(self.needed),
+                                    strict=False):  # fmt: skip
+            if feasible:
+                return needed
+        return 1
 
     @property
     def peak(self) -> int:
@@ -73,6 +80,28 @@ PolicyFactory = Callable[[Scenario, Plan], tuple[Controller, int, EngineSettings
 
 def _slascaler(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineSettings]:
     return OperatorController(scenario.sla_spec()), plan.initial, scenario.settings
+
+
+def _ablation(switch: str) -> PolicyFactory:
+    """slascaler with one mechanism (a `Tunables.use_*` switch) turned off."""
+
+    def factory(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineSettings]:
+        tunables = replace(DEFAULT_TUNABLES, **{switch: False})
+        controller = OperatorController(scenario.sla_spec(), tunables=tunables)
+        return controller, plan.initial, scenario.settings
+
+    return factory
+
+
+# Each mechanism of the policy, shown with and without (`slascaler bench --ablations`).
+ABLATIONS: dict[str, str] = {
+    "slascaler − latency model": "use_latency_model",
+    "slascaler − short window": "use_short_window",
+    "slascaler − trend": "use_trend",
+    "slascaler − burst memory": "use_burst_memory",
+    "slascaler − warm credit": "use_warm_credit",
+    "slascaler − surge": "use_surge_for_rollouts",
+}
 
 
 def _hpa_queue(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineSettings]:
@@ -129,7 +158,9 @@ POLICIES: dict[str, PolicyFactory] = {
     STATIC_HINDSIGHT: _static_hindsight,
     ORACLE: _oracle,
 }
-REPLICAS_ONLY = frozenset(POLICIES) - {SLASCALER}
+BASELINES = tuple(POLICIES)
+POLICIES.update({name: _ablation(switch) for name, switch in ABLATIONS.items()})
+REPLICAS_ONLY = frozenset(BASELINES) - {SLASCALER}
 
 
 @dataclass(frozen=True)
@@ -205,7 +236,7 @@ def plan_of(scenario: Scenario, seed: int) -> Plan:
     best = hindsight_best_static(
         runs, scenario.settings, scenario.knobs, scenario.max_replicas, itl, scenario.startup_s
     )
-    return Plan(tuple(needed.counts), best, runs.runs_made)
+    return Plan(tuple(needed.counts), best, runs.runs_made, tuple(needed.feasible))
 
 
 def run_policy(scenario: Scenario, seed: int, policy: str, plan: Plan) -> Outcome:
@@ -241,7 +272,7 @@ def seeds_for(scenario: Scenario, seeds: Sequence[int]) -> list[int]:
 def run_matrix(
     scenarios: Sequence[Scenario],
     seeds: Sequence[int],
-    policies: Sequence[str] = tuple(POLICIES),
+    policies: Sequence[str] = BASELINES,
     jobs: int | None = None,
     progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> list[Outcome]:

@@ -115,7 +115,15 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _bench(args: argparse.Namespace, out: TextIO, err: TextIO | None = None) -> int:
-    from slascaler_sim.benchmark import POLICIES, rows, run_matrix, seeds_for, simulator_speed
+    from slascaler_sim.benchmark import (
+        ABLATIONS,
+        BASELINES,
+        POLICIES,
+        rows,
+        run_matrix,
+        seeds_for,
+        simulator_speed,
+    )
     from slascaler_sim.report import benchmark_document, markdown_table, write_csv
     from slascaler_sim.suite import default_scenarios, trace_scenario
     from slascaler_sim.workload import TraceError, read_trace
@@ -167,7 +175,9 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO | None = None) -> 
                 "can be judged",
                 file=err,
             )
-    policies = args.policies or list(POLICIES)
+    policies = args.policies or list(BASELINES)
+    if args.ablations:
+        policies += [p for p in ABLATIONS if p not in policies]
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         print(
@@ -250,6 +260,8 @@ def register(commands: Any) -> None:
                        help="only scenarios whose name contains this (repeatable)")  # fmt: skip
     bench.add_argument("--policies", type=lambda t: [p.strip() for p in t.split(",")],
                        help="comma-separated policies to run (default: all)")  # fmt: skip
+    bench.add_argument("--ablations", action="store_true",
+                       help="also run slascaler with each mechanism turned off")  # fmt: skip
     bench.add_argument("--ttft-ms", type=_positive, help="TTFT objective (scenario's own)")
     bench.add_argument("--itl-ms", type=_positive, help="ITL objective (scenario's own)")
     bench.add_argument("--percentile", type=_percentile, help="objectives' percentile (95)")

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from slascaler_sim.benchmark import ORACLE, SLASCALER, Row
+from slascaler_sim.benchmark import ABLATIONS, ORACLE, SLASCALER, Row
 from slascaler_sim.suite import Scenario
 
 CSV_COLUMNS = (
@@ -59,7 +59,7 @@ HEADERS = (
     "rolling restarts",
 )
 # Targets 3 compares slascaler with these (the oracle is the bound, not a competitor).
-COMPETITORS_EXCLUDED = frozenset({SLASCALER, ORACLE})
+COMPETITORS_EXCLUDED = frozenset({SLASCALER, ORACLE, *ABLATIONS})
 WITHIN = 0.02  # target 3: "strictly better on one with the other within 2%"
 
 
@@ -308,6 +308,29 @@ def verdicts_table(verdicts: Sequence[Verdict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def ablations_table(rows: Sequence[Row]) -> str:
+    """Per scenario, slascaler and each variant with one mechanism off (mean over seeds)."""
+    variants = [p for p in ABLATIONS if any(r.policy == p for r in rows)]
+    if not variants:
+        return ""
+    lines = [
+        "| scenario | " + " | ".join([SLASCALER, *variants]) + " |",
+        "|---|" + "---|" * (1 + len(variants)),
+    ]
+    for scenario in dict.fromkeys(r.scenario for r in rows):
+        here = [r for r in rows if r.scenario == scenario]
+        cells = []
+        for policy in (SLASCALER, *variants):
+            attainment, gpu = _policy_means(here, policy)
+            if gpu is None:
+                cells.append("—")
+            else:
+                cells.append(f"{percent(attainment)} on {gpu:.2f} GPU-h")
+        if any(c != "—" for c in cells[1:]):
+            lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def benchmark_document(
     rows: Sequence[Row], scenarios: Sequence[Scenario], command: str, header: str
 ) -> str:
@@ -320,6 +343,8 @@ def benchmark_document(
         ratios_table(scenario_ratios(rows)),
         f"## Targets of the control-quality issue: {met} of {len(verdicts)} met\n",
         verdicts_table(verdicts),
+        "## Ablations: each mechanism with and without (SLA attainment on GPU-hours)\n",
+        ablations_table(rows) or "(run with --ablations)\n",
         "## Every run\n",
         markdown_table(rows),
     ]

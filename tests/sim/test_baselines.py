@@ -9,7 +9,7 @@ import pytest
 
 from slascaler.cli import main
 from slascaler_sim.baselines import HPAController, OracleController, StaticController
-from slascaler_sim.benchmark import POLICIES
+from slascaler_sim.benchmark import BASELINES
 from slascaler_sim.fleet import EngineSettings, Fleet
 from slascaler_sim.profiles import PROFILES
 from slascaler_sim.run import OperatorController, simulate
@@ -129,6 +129,6 @@ def test_bench_on_a_user_trace(tmp_path: Path) -> None:
     )
     assert status == 0
     table = out.getvalue()
-    for policy in POLICIES:
+    for policy in BASELINES:
         assert f"| {policy} |" in table
-    assert (tmp_path / "bench.csv").read_text().count("\n") == len(POLICIES) + 1
+    assert (tmp_path / "bench.csv").read_text().count("\n") == len(BASELINES) + 1
