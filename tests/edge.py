@@ -8,7 +8,7 @@ observation the test sets, and a clock the test moves. Used by the reconcile and
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -42,9 +42,13 @@ class FixedSource:
 
     observation: Observation | None = None
     asked: list[tuple[str, str]] = field(default_factory=list)
+    pods: tuple[str, ...] | None = None  # the ReplicaSets the last observation was asked for
 
-    def observe(self, namespace: str, spec: SLASpec, now: float) -> Observation:
+    def observe(
+        self, namespace: str, spec: SLASpec, now: float, pods: Sequence[str] | None = None
+    ) -> Observation:
         self.asked.append((namespace, spec.target.name))
+        self.pods = None if pods is None else tuple(pods)
         if self.observation is None:
             return Observation(now, spec.window_s, None, None, None, source_error="no data set")
         return replace(self.observation, observed_at=now)

@@ -6,12 +6,14 @@ replicas, the window averages of the waiting and running gauges and the pods rep
 built by `Fleet.observation` from the same cumulative counters the real-time exposition
 serves, so it has the semantics of `metrics.prometheus.PrometheusSource` (which runs the
 same increases as PromQL). A target that does not exist has no series, as in Prometheus.
+The fleet is the Deployment's own, so `pods` (its ReplicaSets' names) select nothing more.
 
 Used by `sim.run` with the operator's `Reconciler`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from slascaler.kube.errors import NotFound
@@ -26,7 +28,9 @@ class SimulatedSource:
     def __init__(self, cluster: SimCluster) -> None:
         self.cluster = cluster
 
-    def observe(self, namespace: str, spec: SLASpec, now: float) -> Observation:
+    def observe(
+        self, namespace: str, spec: SLASpec, now: float, pods: Sequence[str] | None = None
+    ) -> Observation:
         try:
             deployment = self.cluster.deployment(namespace, spec.target.name)
         except NotFound:

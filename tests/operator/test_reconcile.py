@@ -211,7 +211,8 @@ def test_notes_reach_the_status_through_the_schema() -> None:
     edge.cluster.set_command_line(NAMESPACE, NAME, CommandLine((), ("--model", "llama")))
     edge.reconcile()
     assert edge.status["notes"] == [
-        "--max-num-batched-tokens is not set: assuming the engine's default 8192"
+        "--max-num-batched-tokens is not set: assuming 2048, vLLM 0.33's default on "
+        "NVIDIA-A100-SXM4-80GB (81920 MiB)"
     ]
 
 

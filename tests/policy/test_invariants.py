@@ -23,6 +23,7 @@ from slascaler.model.observation import Observation
 from slascaler.model.regime import Regime
 from slascaler.model.samples import TTFTBreakdown
 from slascaler.policy import FleetState, PolicyMemory, PolicyState, decide
+from slascaler.policy.decision import Status
 from slascaler.policy.state import Recommendation
 from slascaler.spec import SLASpec, parse_spec
 
@@ -69,14 +70,19 @@ def specs(draw: st.DrawFn) -> SLASpec:
 def fleets(draw: st.DrawFn) -> FleetState:
     replicas = draw(st.integers(0, 40))
     ready = draw(st.integers(0, replicas))
+    rollout = draw(st.booleans())
+    overwritten = draw(st.booleans())
     return FleetState(
         spec_replicas=replicas,
         ready_replicas=ready,
         unschedulable_pods=draw(st.integers(0, replicas - ready)),
         max_batch_size=draw(st.one_of(st.none(), st.integers(1, 1024))),
         chunk_size=draw(st.one_of(st.none(), st.integers(64, 32768))),
-        rollout_in_progress=draw(st.booleans()),
+        rollout_in_progress=rollout,
         other_autoscaler=draw(st.sampled_from([None, None, None, "HorizontalPodAutoscaler/x"])),
+        foreign_rollout=rollout and draw(st.booleans()),
+        replicas_overwritten_by="argocd-controller" if overwritten else None,
+        replicas_overwritten_at=draw(st.floats(NOW - 4000, NOW)) if overwritten else None,
     )
 
 
@@ -101,6 +107,9 @@ def memories(draw: st.DrawFn) -> PolicyMemory:
         ),
         service_rate=draw(st.one_of(st.none(), st.floats(0.01, 100))),
         first_seen_at=maybe_time(),
+        replicas_backoff_until=draw(st.one_of(st.none(), st.floats(NOW - 4000, NOW + 4000))),
+        replicas_backoff_s=draw(st.one_of(st.none(), st.floats(300, 3600))),
+        replicas_overwrite_seen_at=maybe_time(),
     )
 
 
@@ -155,10 +164,24 @@ def test_safety_invariants(
     spec: SLASpec, observation: Observation | None, fleet: FleetState, memory: PolicyMemory
 ) -> None:
     decision = decide(spec, observation, PolicyState(fleet, memory), NOW)
-    if fleet.other_autoscaler:
+    if fleet.other_autoscaler or fleet.spec_replicas == 0:
+        # Another autoscaler's Deployment, or one scaled to 0 (scaling disabled, as for the
+        # HPA): left exactly as it is.
         assert not decision.acts
         return
-    assert spec.replicas.min <= decision.replicas <= spec.replicas.max
+    backoff = decision.memory_if_held.replicas_backoff_until
+    if backoff is not None and backoff > NOW:  # someone else writes replicas: not fought
+        assert decision.replicas == fleet.spec_replicas
+        assert decision.condition("Conflict").status is Status.TRUE  # type: ignore[union-attr]
+    else:
+        assert spec.replicas.min <= decision.replicas <= spec.replicas.max
+    if fleet.foreign_rollout:  # no template change stacked on someone else's rollout
+        assert (decision.max_batch_size, decision.chunk_size) == (
+            fleet.max_batch_size,
+            fleet.chunk_size,
+        )
+    if fleet.foreign_rollout or (backoff is not None and backoff > NOW):
+        return
     for bounds, value in (
         (spec.max_batch_size, decision.max_batch_size),
         (spec.chunk_size, decision.chunk_size),
@@ -231,7 +254,13 @@ def _healthy_window(pods: int, seed: int) -> Observation:
 def test_no_stacked_scale_up_under_heavy_queueing(
     spec: SLASpec, fleet: FleetState, memory: PolicyMemory, seed: int
 ) -> None:
-    fleet = replace(fleet, other_autoscaler=None)
+    fleet = replace(
+        fleet,
+        other_autoscaler=None,
+        spec_replicas=max(1, fleet.spec_replicas),
+        replicas_overwritten_by=None,
+    )
+    memory = replace(memory, replicas_backoff_until=None)
     observation = _queue_bound_window(max(1, fleet.ready_replicas), seed)
     decision = decide(spec, observation, PolicyState(fleet, memory), NOW)
     bounded = spec.replicas.clamp(fleet.spec_replicas)
@@ -247,7 +276,13 @@ def test_no_stacked_scale_up_under_heavy_queueing(
 def test_scale_down_only_after_the_stabilization_window(
     spec: SLASpec, fleet: FleetState, memory: PolicyMemory, seed: int
 ) -> None:
-    fleet = replace(fleet, other_autoscaler=None)
+    fleet = replace(
+        fleet,
+        other_autoscaler=None,
+        spec_replicas=max(1, fleet.spec_replicas),
+        replicas_overwritten_by=None,
+    )
+    memory = replace(memory, replicas_backoff_until=None)
     observation = _healthy_window(max(1, fleet.ready_replicas), seed)
     decision = decide(spec, observation, PolicyState(fleet, memory), NOW)
     bounded = spec.replicas.clamp(fleet.spec_replicas)
@@ -296,7 +331,13 @@ def test_knob_changes_respect_cooldown_and_rollouts(
             }
         ).itl,
     )
-    fleet = replace(fleet, other_autoscaler=None)
+    fleet = replace(
+        fleet,
+        other_autoscaler=None,
+        spec_replicas=max(1, fleet.spec_replicas),
+        replicas_overwritten_by=None,
+    )
+    memory = replace(memory, replicas_backoff_until=None)
     decision = decide(
         spec,
         _knob_window(kind, max(1, fleet.ready_replicas), seed),
@@ -307,6 +348,8 @@ def test_knob_changes_respect_cooldown_and_rollouts(
         _clamped(spec.max_batch_size, fleet.max_batch_size),
         _clamped(spec.chunk_size, fleet.chunk_size),
     )
+    if fleet.foreign_rollout:  # not even bounds are enforced on the flags meanwhile
+        bounded = (fleet.max_batch_size, fleet.chunk_size)
     if (decision.max_batch_size, decision.chunk_size) != bounded:
         assert not fleet.rollout_in_progress
         last = memory.last_knob_change_at

@@ -20,7 +20,7 @@ Called by the reconcile loop (one instance per operator) and `slascaler analyze 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,13 +119,16 @@ class PrometheusSource:
             count=count if count is not None else math.nan,
         )
 
-    def observe(self, namespace: str, spec: SLASpec, now: float) -> Observation:
+    def observe(
+        self, namespace: str, spec: SLASpec, now: float, pods: Sequence[str] | None = None
+    ) -> Observation:
         flavour = ENGINES[spec.engine]
         selector = PodSelector(
             namespace,
             spec.target.name,
             namespace_label=self.settings.namespace_label,
             pod_label=self.settings.pod_label,
+            replica_sets=None if pods is None else tuple(pods),
         )
         try:
             return self._observe(

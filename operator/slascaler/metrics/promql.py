@@ -2,8 +2,10 @@
 
 A query selects the target Deployment's pods in the InferenceSLA's own namespace: the
 namespace comes from the object's metadata (never from its spec), and the pod matcher is the
-Deployment's pod-name pattern `<name>-<template hash>-<suffix>` (as Kubernetes cuts it for
-long names) with the name escaped both as a regular expression (RE2) and as a PromQL string.
+names of the ReplicaSets the Deployment owns, `<replicaset>-<suffix>` (`owned_pods_pattern`,
+what Kubernetes says its pods are), or without them the Deployment's pod-name pattern
+`<name>-<template hash>-<suffix>` (as Kubernetes cuts it for long names); names are escaped
+both as a regular expression (RE2) and as a PromQL string.
 Whatever a user writes in an InferenceSLA ends up inside a string literal, so it can neither
 widen the selector to another namespace nor add PromQL of its own.
 
@@ -17,6 +19,7 @@ Prometheus.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slascaler.engines import EngineFlavour
@@ -85,6 +88,24 @@ def deployment_pod_pattern(deployment: str) -> str:
     return f"^{escape_regex(base)}{hashed}{_GENERATED}{{{_SUFFIX_LENGTH}}}$"
 
 
+# Matches no name at all, not even the empty one (which a series without the label has).
+NO_POD = "[^\\s\\S]"
+
+
+def owned_pods_pattern(replica_sets: Sequence[str]) -> str:
+    """An RE2 pattern (anchored) matching exactly the pods of these ReplicaSets.
+
+    A ReplicaSet's pods are named `<replicaset>-<5 characters>`, the part before the suffix
+    cut to 58 characters by the API server; with the ReplicaSets the Deployment owns (by
+    ownerReference), the pattern reads no other workload's pods, whatever their names share.
+    No ReplicaSet: a pattern that matches nothing.
+    """
+    if not replica_sets:
+        return NO_POD
+    heads = sorted({escape_regex((name + "-")[:_GENERATED_BASE_MAX]) for name in replica_sets})
+    return f"^(?:{'|'.join(heads)}){_GENERATED}{{{_SUFFIX_LENGTH}}}$"
+
+
 def duration(seconds: float) -> str:
     """A PromQL duration for a window (whole milliseconds, at least 1 ms)."""
     return f"{max(1, round(seconds * 1000))}ms"
@@ -98,6 +119,8 @@ class PodSelector:
     deployment: str
     namespace_label: str = "namespace"
     pod_label: str = "pod"
+    # The names of the ReplicaSets the Deployment owns; None: the Deployment's name pattern.
+    replica_sets: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         for label in (self.namespace_label, self.pod_label):
@@ -105,7 +128,11 @@ class PodSelector:
                 raise ValueError(f"{label!r} is not a Prometheus label name")
 
     def matchers(self, extra: str = "") -> str:
-        pods = deployment_pod_pattern(self.deployment)
+        pods = (
+            deployment_pod_pattern(self.deployment)
+            if self.replica_sets is None
+            else owned_pods_pattern(self.replica_sets)
+        )
         parts = [
             f'{self.namespace_label}="{escape_string(self.namespace)}"',
             f'{self.pod_label}=~"{escape_string(pods)}"',

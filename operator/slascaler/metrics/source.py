@@ -1,9 +1,11 @@
 """The one interface the reconcile loop reads metrics through.
 
 A `MetricSource` turns (namespace, spec, now) into an `Observation` of the target's pods
-over the spec's window. It never raises for what the outside world does: an unreachable
-server, an empty result or a NaN come back inside the Observation (`source_error`,
-`problems`, `None` fields) so that the policy holds and says why.
+over the spec's window. `pods`, when given, are the names of the ReplicaSets the Deployment
+owns (`kube.fleet`): the target's pods are exactly those named `<replicaset>-<suffix>`; without
+it a source falls back to the Deployment's pod-name pattern. It never raises for what the
+outside world does: an unreachable server, an empty result or a NaN come back inside the
+Observation (`source_error`, `problems`, `None` fields) so that the policy holds and says why.
 
 Implemented by `metrics.prometheus.PrometheusSource`; used by `reconcile` and by
 `slascaler analyze --prometheus`.
@@ -11,6 +13,7 @@ Implemented by `metrics.prometheus.PrometheusSource`; used by `reconcile` and by
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from slascaler.model.observation import Observation
@@ -18,6 +21,9 @@ from slascaler.spec import SLASpec
 
 
 class MetricSource(Protocol):
-    def observe(self, namespace: str, spec: SLASpec, now: float) -> Observation:
-        """The target's engine metrics over `spec.window_s` ending at `now` (epoch seconds)."""
+    def observe(
+        self, namespace: str, spec: SLASpec, now: float, pods: Sequence[str] | None = None
+    ) -> Observation:
+        """The target's engine metrics over `spec.window_s` ending at `now` (epoch seconds),
+        from the pods of the ReplicaSets named in `pods` when given."""
         ...

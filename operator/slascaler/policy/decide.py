@@ -2,9 +2,13 @@
 
 Ordered steps, each with a machine-readable reason code (as HPA's normalisation steps):
 
-1. **Conflict** — another autoscaler targets the Deployment: leave it alone entirely.
+1. **Conflict** — another autoscaler (or an older InferenceSLA) targets the Deployment: leave
+   it alone entirely. A Deployment scaled to 0 is left alone too (scaling disabled, as the
+   HPA treats it). Someone else overwrote spec.replicas after slascaler's last write: no
+   replica write for a back-off period that doubles while the fight goes on (not fought).
 2. **Bounds** — replicas and knobs are brought into the spec's bounds (the only change made
-   without metrics: it is the user's declared intent, not an inference from data).
+   without metrics: it is the user's declared intent, not an inference from data); knobs not
+   while a rollout slascaler did not start is in progress.
 3. **Data** — no observation, missing or NaN series, a stale window or too few requests:
    hold, and say which.
 4. **Regime** (`model.regime`) selects the rule:
@@ -68,6 +72,7 @@ class _Draft:
     conditions: dict[str, Condition] = field(default_factory=dict)
     analysis: RegimeAnalysis | None = None
     memory: PolicyMemory = field(default_factory=PolicyMemory)
+    replicas_frozen: str | None = None  # why replicas may not be written now (back-off)
 
     def say(self, code: str, reason: str) -> None:
         """Record a reason; the first code that is not a plain note names the decision."""
@@ -91,6 +96,12 @@ class _Draft:
 
     def finish(self) -> Decision:
         fleet = self.state.fleet
+        if self.replicas_frozen is not None and self.replicas != fleet.spec_replicas:
+            wanted, self.replicas = self.replicas, fleet.spec_replicas
+            self.reason_code = "HoldReplicasOverwritten"
+            self.reasons.insert(
+                0, f"would set replicas {fleet.spec_replicas}→{wanted}, but {self.replicas_frozen}"
+            )
         changes: list[Change] = []
         if self.replicas != fleet.spec_replicas:
             changes.append(Change("replicas", fleet.spec_replicas, self.replicas))
@@ -155,12 +166,28 @@ def decide(
         memory=state.memory,
     )
     if fleet.other_autoscaler:
-        message = (
-            f"{fleet.other_autoscaler} also targets {spec.target.name}; slascaler leaves it "
-            "alone until that autoscaler is removed"
-        )
-        draft.flag("Conflict", Status.TRUE, "OtherAutoscaler", "HoldConflict", message)
+        if fleet.other_autoscaler.startswith("InferenceSLA/"):
+            message = (
+                f"{fleet.other_autoscaler} also targets {spec.target.name} and is older: it "
+                "holds this Deployment's SLA, and this InferenceSLA changes nothing until that "
+                "one is deleted or retargeted"
+            )
+            draft.flag("Conflict", Status.TRUE, "OtherInferenceSLA", "HoldConflict", message)
+        else:
+            message = (
+                f"{fleet.other_autoscaler} also targets {spec.target.name}; slascaler leaves "
+                "it alone until that autoscaler is removed"
+            )
+            draft.flag("Conflict", Status.TRUE, "OtherAutoscaler", "HoldConflict", message)
         return draft.finish()
+    if fleet.spec_replicas == 0:
+        draft.say(
+            "HoldScaledToZero",
+            f"{spec.target.name} is scaled to 0 replicas: scaling is disabled, as the HPA "
+            "treats 0; scale it to 1 or more for slascaler to hold its SLA again",
+        )
+        return draft.finish()
+    _replicas_backoff(draft)
 
     _enforce_bounds(draft)
     if not _data_usable(draft, observation):
@@ -203,6 +230,45 @@ def decide(
     return draft.finish()
 
 
+def _replicas_backoff(draft: _Draft) -> None:
+    """Someone else wrote spec.replicas after slascaler did: back off, do not fight.
+
+    A new overwrite (one not answered yet) starts a back-off of `replicas_backoff_s`, doubled
+    (up to the maximum) when the fight resumes within twice the last period after it ended;
+    further writes by them during a back-off only move what it answers. While it lasts, the
+    replicas stay as they are (`finish`) and Conflict says who writes them and the fix.
+    """
+    fleet, memory, tunables = draft.state.fleet, draft.memory, draft.tunables
+    who, at = fleet.replicas_overwritten_by, fleet.replicas_overwritten_at
+    if who is not None and at is not None:
+        seen = memory.replicas_overwrite_seen_at
+        until, period = memory.replicas_backoff_until, memory.replicas_backoff_s
+        if until is not None and draft.now < until:
+            if seen is None or at > seen:
+                draft.memory = replace(memory, replicas_overwrite_seen_at=at)
+        elif seen is None or at > seen:
+            length = tunables.replicas_backoff_s
+            if until is not None and period is not None and draft.now - until < 2 * period:
+                length = min(tunables.replicas_backoff_max_s, 2 * period)
+            draft.memory = replace(
+                memory,
+                replicas_backoff_until=draft.now + length,
+                replicas_backoff_s=length,
+                replicas_overwrite_seen_at=at,
+            )
+    until = draft.memory.replicas_backoff_until
+    if until is None or draft.now >= until:
+        return
+    writer = who or "another field manager"
+    draft.replicas_frozen = (
+        f"{writer} set spec.replicas of {draft.spec.target.name} after slascaler did: "
+        f"slascaler does not write replicas for {until - draft.now:.0f} s more instead of "
+        f"fighting it; to let slascaler scale, drop `replicas` from what {writer} applies (as "
+        "with an HPA), or delete this InferenceSLA"
+    )
+    draft.set("Conflict", Status.TRUE, "ReplicasOverwritten", draft.replicas_frozen)
+
+
 def _enforce_bounds(draft: _Draft) -> None:
     spec, fleet = draft.spec, draft.state.fleet
     bounded = spec.replicas.clamp(fleet.spec_replicas)
@@ -218,6 +284,14 @@ def _enforce_bounds(draft: _Draft) -> None:
         ("chunkSize", spec.chunk_size, fleet.chunk_size),
     ):
         clamped = _clamp_knob(bounds, value)
+        if clamped != value and bounds is not None and fleet.foreign_rollout:
+            draft.say(
+                "HoldForeignRollout",
+                f"{knob} {value} outside spec.knobs.{knob} [{bounds.min}, {bounds.max}], but a "
+                "rollout slascaler did not start is in progress: the flag is changed once it "
+                "has finished (a template change now would stack on it)",
+            )
+            continue
         if clamped != value and bounds is not None:
             draft.say(
                 "BoundsEnforced",

@@ -43,3 +43,7 @@ class Tunables:
     # Mean queue times under this many engine steps (mean ITL) are the wait for the running
     # step to end, not for a slot: no calibration of the service rate on them.
     step_alignment_steps: float = 2.0
+    # Someone else overwrote spec.replicas: no replica write for this long, doubled each time
+    # the fight resumes within twice the last period, up to the maximum (not fought).
+    replicas_backoff_s: float = 300.0
+    replicas_backoff_max_s: float = 3600.0
