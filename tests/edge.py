@@ -65,14 +65,21 @@ class Edge:
         gpu_limit: int | None = None,
         now: float = 10_000.0,
         dry_run: bool = False,
+        engine: Engine = Engine.VLLM,
+        **deployment: Any,
     ) -> None:
+        """`deployment`: more of `SimCluster.add_deployment`'s arguments (args, command, env,
+        sidecars, node_labels, image); args default to the engine's flags for `settings`."""
         self.now = now
-        self.cluster = SimCluster(status_schema=status_schema())
+        self.cluster = SimCluster(status_schema=status_schema(), clock=lambda: self.now)
         self.fleet = Fleet(PROFILES["llama3-8b-a100"], replicas, settings, gpu_limit=gpu_limit)
+        deployment.setdefault("args", engine_args(engine, settings))
         self.deployment: SimDeployment = self.cluster.add_deployment(
-            NAMESPACE, NAME, self.fleet, args=engine_args(Engine.VLLM, settings)
+            NAMESPACE, NAME, self.fleet, engine=engine, **deployment
         )
-        self.cluster.add_inference_sla(NAMESPACE, SLA_NAME, {"targetRef": {"name": NAME}, **spec})
+        self.cluster.add_inference_sla(
+            NAMESPACE, SLA_NAME, {"targetRef": {"name": NAME}, "engine": str(engine), **spec}
+        )
         self.source = FixedSource()
         self.telemetry = Telemetry()
         self.reconciler = Reconciler(
@@ -98,3 +105,11 @@ class Edge:
 
     def condition(self, kind: str) -> Json:
         return next(c for c in self.status["conditions"] if c["type"] == kind)
+
+    def container(self) -> Json:
+        """The engine's container of the live Deployment (the last one: sidecars come first)."""
+        container: Json = self.live()["spec"]["template"]["spec"]["containers"][-1]
+        return container
+
+    def patches(self) -> int:
+        return sum(1 for c in self.cluster.calls if c[0] == "patch_deployment")

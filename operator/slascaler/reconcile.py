@@ -142,7 +142,7 @@ class Reconciler:
             return self._not_evaluated(sla, "SpecInvalid", str(error), now)
         memory, memory_note = memory_from_status(previous.get("memory"))
         pending = PendingAction.from_status(previous.get("pendingAction"))
-        written_at = _replicas_written_at(memory, pending)
+        written_at = _replicas_written_at(memory)
         try:
             view = read_fleet(self.api, namespace, spec, sla, written_at)
         except TargetMissing as error:
@@ -400,12 +400,10 @@ class Reconciler:
             log.error("event %s not posted: %s", reason, error)
 
 
-def _replicas_written_at(memory: PolicyMemory, pending: PendingAction | None) -> float | None:
-    """When slascaler last wrote spec.replicas, by its memory (and an announced action's)."""
-    times = [memory.last_scale_up_at, memory.last_scale_down_at]
-    if pending is not None and "replicas" in pending.target:
-        times += [pending.memory.last_scale_up_at, pending.memory.last_scale_down_at]
-    known = [t for t in times if t is not None]
+def _replicas_written_at(memory: PolicyMemory) -> float | None:
+    """When slascaler last wrote spec.replicas, by its memory. (An announced action that may
+    not have landed does not count: if it did, slascaler owns the field now anyway.)"""
+    known = [t for t in (memory.last_scale_up_at, memory.last_scale_down_at) if t is not None]
     return max(known) if known else None
 
 

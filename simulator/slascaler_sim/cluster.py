@@ -325,7 +325,13 @@ class SimCluster:
         deployment.write(
             CREATOR, {"replicas", "args", "command", "env", "image"}, deployment.created_at
         )
-        fleet.reconfigure(deployment.settings())
+        # The fleet's pods were started by this Deployment: they run its flags from the start
+        # (no rollout from settings no template ever had).
+        settings = deployment.settings()
+        fleet.settings = settings
+        for replica in fleet.replicas:
+            replica.max_num_seqs = settings.max_num_seqs
+            replica.max_num_batched_tokens = settings.max_num_batched_tokens
         self.deployments[(namespace, name)] = deployment
         self._remember_template(deployment)
         return deployment
