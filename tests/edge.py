@@ -8,7 +8,7 @@ observation the test sets, and a clock the test moves. Used by the reconcile and
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from slascaler.kube.api import Json
+from slascaler.metrics.promql import OwnedPods
 from slascaler.model.observation import Observation
 from slascaler.reconcile import Evaluation, Reconciler
 from slascaler.spec import Engine, SLASpec
@@ -42,13 +43,13 @@ class FixedSource:
 
     observation: Observation | None = None
     asked: list[tuple[str, str]] = field(default_factory=list)
-    pods: tuple[str, ...] | None = None  # the ReplicaSets the last observation was asked for
+    pods: OwnedPods | None = None  # the pods the last observation was asked for
 
     def observe(
-        self, namespace: str, spec: SLASpec, now: float, pods: Sequence[str] | None = None
+        self, namespace: str, spec: SLASpec, now: float, pods: OwnedPods | None = None
     ) -> Observation:
         self.asked.append((namespace, spec.target.name))
-        self.pods = None if pods is None else tuple(pods)
+        self.pods = pods
         if self.observation is None:
             return Observation(now, spec.window_s, None, None, None, source_error="no data set")
         return replace(self.observation, observed_at=now)

@@ -176,7 +176,7 @@ class Reconciler:
                     "failed): nothing was changed"
                 )
 
-        observation = self.source.observe(namespace, spec, now, pods=view.pod_name_prefixes)
+        observation = self.source.observe(namespace, spec, now, pods=view.pods)
         if observation.source_error is not None:
             self.telemetry.errors.labels("metrics").inc()
         decision = decide(spec, observation, PolicyState(view.state, memory), now, self.tunables)

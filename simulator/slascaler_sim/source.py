@@ -6,17 +6,17 @@ replicas, the window averages of the waiting and running gauges and the pods rep
 built by `Fleet.observation` from the same cumulative counters the real-time exposition
 serves, so it has the semantics of `metrics.prometheus.PrometheusSource` (which runs the
 same increases as PromQL). A target that does not exist has no series, as in Prometheus.
-The fleet is the Deployment's own, so `pods` (its ReplicaSets' names) select nothing more.
+The fleet is the Deployment's own, so `pods` (what Kubernetes says its pods are) narrow nothing.
 
 Used by `sim.run` with the operator's `Reconciler`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import replace
 
 from slascaler.kube.errors import NotFound
+from slascaler.metrics.promql import OwnedPods
 from slascaler.model.observation import Observation
 from slascaler.spec import SLASpec
 from slascaler_sim.cluster import SimCluster
@@ -29,7 +29,7 @@ class SimulatedSource:
         self.cluster = cluster
 
     def observe(
-        self, namespace: str, spec: SLASpec, now: float, pods: Sequence[str] | None = None
+        self, namespace: str, spec: SLASpec, now: float, pods: OwnedPods | None = None
     ) -> Observation:
         try:
             deployment = self.cluster.deployment(namespace, spec.target.name)

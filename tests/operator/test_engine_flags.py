@@ -240,6 +240,7 @@ def test_the_pods_of_other_workloads_are_not_counted() -> None:
     view = read_fleet(edge.cluster, NAMESPACE, parse_spec(edge.sla()["spec"]))
     assert view.state.unschedulable_pods == 0, "the Job's Pending pod is not the Deployment's"
     [replica_set] = edge.cluster.list_replica_sets(NAMESPACE, "app=llama")
-    assert view.pod_name_prefixes == (replica_set["metadata"]["name"],)
+    assert view.pods.replica_sets == (replica_set["metadata"]["name"],)
+    assert [rs for _, rs in view.pods.pods] == [replica_set["metadata"]["name"]] * 4
     edge.reconcile()
-    assert edge.source.pods == view.pod_name_prefixes, "the metric source gets them"
+    assert edge.source.pods == view.pods, "the metric source gets them"

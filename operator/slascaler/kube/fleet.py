@@ -39,9 +39,9 @@ from slascaler.kube.api import Json, KubeAPI
 from slascaler.kube.errors import NotFound
 from slascaler.kube.pods import (
     label_selector,
+    owned,
     owned_pods,
     owned_replica_sets,
-    pod_name_prefixes,
     pods_gpu,
     unschedulable,
 )
@@ -52,6 +52,7 @@ from slascaler.kube.writers import (
     replicas_overwritten,
     rollout_in_progress,
 )
+from slascaler.metrics.promql import OwnedPods
 from slascaler.policy import FleetState
 from slascaler.policy.state import DEFAULT_MAX_UNAVAILABLE, resolve_max_unavailable
 from slascaler.spec import Bounds, SLASpec
@@ -98,7 +99,7 @@ class FleetView:
     settings: Mapping[str, Setting] = field(default_factory=dict)  # knob → readable setting
     problems: tuple[FlagProblem, ...] = ()
     notes: tuple[str, ...] = ()
-    pod_name_prefixes: tuple[str, ...] = ()  # the owned ReplicaSets' names
+    pods: OwnedPods = field(default_factory=lambda: OwnedPods(()))  # what Kubernetes says
 
     @property
     def resource_version(self) -> str:
@@ -240,6 +241,13 @@ def read_fleet(
         problems += found
         notes += flag_notes
     notes += [f"engine flags: {p.message}" for p in problems if not p.blocking]
+    selected = owned(replica_sets, pods)
+    if selected.cut():
+        notes.append(
+            f"the API server cuts the names of {spec.target.name}'s pods to 58 characters before "
+            "their suffix, so another workload's could share them: only the pods that exist now "
+            "are read, by name (those gone during the window are not)"
+        )
 
     other = other_autoscaler(api, namespace, spec.target.name)
     if other is None and sla is not None:
@@ -268,5 +276,5 @@ def read_fleet(
         settings,
         tuple(problems),
         tuple(notes),
-        pod_name_prefixes(replica_sets),
+        selected,
     )

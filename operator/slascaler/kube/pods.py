@@ -4,8 +4,8 @@ A Deployment's pods are those of the ReplicaSets it owns (the ReplicaSet's owner
 with `controller: true` names the Deployment's uid), and a ReplicaSet's pods are those it
 owns in turn: never pods that merely share a label or a name prefix (a Job `llama-dl`'s pods
 are not Deployment `llama`'s, nor are the pods of a Deployment whose name shares its first
-57 characters). The owned ReplicaSets' names are the prefixes of their pods' names
-(`<replicaset>-<5 characters>`), which the metric source turns into its pod matcher.
+57 characters). The owned ReplicaSets and their pods (`OwnedPods`) are what the metric
+source turns into its pod matcher.
 
 The GPU the engine runs on is read from the labels NVIDIA's GPU feature discovery puts on the
 nodes of those pods (`nvidia.com/gpu.product`, `nvidia.com/gpu.memory`, in MiB, and
@@ -22,6 +22,7 @@ from typing import Any
 from slascaler.engines import GPU
 from slascaler.kube.api import Json, KubeAPI
 from slascaler.kube.errors import Forbidden, NotFound
+from slascaler.metrics.promql import OwnedPods
 
 PRODUCT, MEMORY = "nvidia.com/gpu.product", "nvidia.com/gpu.memory"
 COMPUTE_MAJOR, COMPUTE_MINOR = "nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor"
@@ -77,9 +78,19 @@ def owned_pods(
     return [pod for pod in api.list_pods(namespace, selector) if controller_uid(pod) in uids]
 
 
-def pod_name_prefixes(replica_sets: Sequence[Json]) -> tuple[str, ...]:
-    """The names of the owned ReplicaSets: each of their pods is `<name>-<5 characters>`."""
-    return tuple(sorted(str(rs["metadata"]["name"]) for rs in replica_sets))
+def owned(replica_sets: Sequence[Json], pods: Sequence[Json]) -> OwnedPods:
+    """The owned ReplicaSets' names and their pods now (which the metric source matches)."""
+    names = {rs["metadata"].get("uid"): str(rs["metadata"]["name"]) for rs in replica_sets}
+    return OwnedPods(
+        tuple(sorted(names.values())),
+        tuple(
+            sorted(
+                (str(pod["metadata"]["name"]), names[uid])
+                for pod in pods
+                if (uid := controller_uid(pod)) in names
+            )
+        ),
+    )
 
 
 def unschedulable(pods: Sequence[Json]) -> int:

@@ -20,7 +20,7 @@ Called by the reconcile loop (one instance per operator) and `slascaler analyze 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,7 @@ from urllib3.util.retry import Retry
 from slascaler.engines import ENGINES, EngineFlavour
 from slascaler.metrics.promql import (
     HistogramQueries,
+    OwnedPods,
     PodSelector,
     gauge_queries,
     histogram_queries,
@@ -120,7 +121,7 @@ class PrometheusSource:
         )
 
     def observe(
-        self, namespace: str, spec: SLASpec, now: float, pods: Sequence[str] | None = None
+        self, namespace: str, spec: SLASpec, now: float, pods: OwnedPods | None = None
     ) -> Observation:
         flavour = ENGINES[spec.engine]
         selector = PodSelector(
@@ -128,7 +129,7 @@ class PrometheusSource:
             spec.target.name,
             namespace_label=self.settings.namespace_label,
             pod_label=self.settings.pod_label,
-            replica_sets=None if pods is None else tuple(pods),
+            owned=pods,
         )
         try:
             return self._observe(
