@@ -98,7 +98,8 @@ class SimDeployment:
     pod_image: str = "vllm/vllm-openai:latest"  # the image its pods run (≠ image: a rollout)
     env: tuple[tuple[str, str | None], ...] = ()
     sidecars: tuple[Json, ...] = ()  # other containers, rendered before the engine's
-    managers: dict[str, tuple[float, frozenset[str]]] = field(default_factory=dict)
+    # field manager → (time of its last change, None through the scale subresource; fields)
+    managers: dict[str, tuple[float | None, frozenset[str]]] = field(default_factory=dict)
     templates: dict[tuple[int, int, str], Json] = field(default_factory=dict)
     revisions: dict[tuple[int, int, str], int] = field(default_factory=dict)
 
@@ -123,8 +124,10 @@ class SimDeployment:
             values.append(value)
         return EngineSettings(max_num_seqs=values[0], max_num_batched_tokens=values[1])
 
-    def write(self, manager: str, fields: set[str], now: float) -> None:
-        """A write by `manager` that changed `fields`: it takes them over (update semantics)."""
+    def write(self, manager: str, fields: set[str], now: float | None) -> None:
+        """A write by `manager` that changed `fields`: it takes them over (update semantics).
+        `now` None: through the scale subresource, whose entries the API server leaves
+        without a time."""
         if not fields:
             return
         for other, (at, owned) in list(self.managers.items()):
@@ -173,9 +176,9 @@ def _managed_fields(d: SimDeployment) -> list[Json]:
                 "manager": manager,
                 "operation": "Update",
                 "apiVersion": "apps/v1",
-                "time": kube_time(at),
                 "fieldsType": "FieldsV1",
                 "fieldsV1": fields,
+                **({"time": kube_time(at)} if at is not None else {"subresource": "scale"}),
             }
         )
     return entries
@@ -605,12 +608,15 @@ class SimCluster:
             d.write(manager, {"env"}, self.clock())
             d.fleet.reconfigure(d.settings())
 
-    def scale_by(self, namespace: str, name: str, replicas: int, manager: str) -> None:
-        """Someone else sets spec.replicas (a person, a GitOps tool)."""
+    def scale_by(
+        self, namespace: str, name: str, replicas: int, manager: str, via_scale: bool = False
+    ) -> None:
+        """Someone sets spec.replicas: a GitOps tool's update, or `kubectl scale` and the HPA
+        (`via_scale`: the scale subresource, whose managedFields entry has no time)."""
         d = self.deployment(namespace, name)
         if replicas != d.fleet.desired:
             d.generation += 1
-            d.write(manager, {"replicas"}, self.clock())
+            d.write(manager, {"replicas"}, None if via_scale else self.clock())
             d.fleet.scale(replicas)
 
     def roll_image(

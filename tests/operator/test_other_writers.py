@@ -10,6 +10,7 @@ engine flag is written while someone else's rollout is in progress; a Deployment
 
 from __future__ import annotations
 
+import pytest
 from test_reconcile import BOUNDED, SLA, queue_bound
 
 from edge import NAME, NAMESPACE, Edge
@@ -70,11 +71,14 @@ def scaled_up(edge: Edge) -> int:
     return edge.fleet.desired
 
 
-def test_someone_resetting_replicas_is_reported_and_backed_off_not_fought() -> None:
+@pytest.mark.parametrize("via_scale", [False, True], ids=["update", "scale-subresource"])
+def test_someone_resetting_replicas_is_reported_and_backed_off_not_fought(
+    via_scale: bool,
+) -> None:
     edge = Edge(SLA)
     ours = scaled_up(edge)
     edge.now += 60
-    edge.cluster.scale_by(NAMESPACE, NAME, 2, manager="argocd-controller")  # GitOps resets it
+    edge.cluster.scale_by(NAMESPACE, NAME, 2, manager="argocd-controller", via_scale=via_scale)
     edge.now += 5
     assert edge.reconcile().acted == (), "not scaled back"
     assert edge.fleet.desired == 2

@@ -82,7 +82,6 @@ def fleets(draw: st.DrawFn) -> FleetState:
         other_autoscaler=draw(st.sampled_from([None, None, None, "HorizontalPodAutoscaler/x"])),
         foreign_rollout=rollout and draw(st.booleans()),
         replicas_overwritten_by="argocd-controller" if overwritten else None,
-        replicas_overwritten_at=draw(st.floats(NOW - 4000, NOW)) if overwritten else None,
     )
 
 

@@ -263,8 +263,7 @@ def read_fleet(
         rollout_in_progress=rollout_in_progress(deployment),
         other_autoscaler=other,
         max_unavailable=max_unavailable(deployment),
-        replicas_overwritten_by=overwritten[0] if overwritten else None,
-        replicas_overwritten_at=overwritten[1] if overwritten else None,
+        replicas_overwritten_by=overwritten,
         foreign_rollout=foreign_rollout(
             deployment, replica_sets, container.name if container else None
         ),

@@ -97,9 +97,15 @@ def _entries(deployment: Json) -> Iterator[tuple[str, float | None, Mapping[str,
             yield str(entry.get("manager", "")), parse_kube_time(entry.get("time")), fields
 
 
-def replicas_overwritten(deployment: Json, written_at: float | None) -> tuple[str, float] | None:
-    """(manager, time) of whoever overwrote spec.replicas after slascaler's write at
-    `written_at` (epoch seconds), or None."""
+def replicas_overwritten(deployment: Json, written_at: float | None) -> str | None:
+    """The field manager that overwrote spec.replicas after slascaler's write at `written_at`
+    (epoch seconds), or None.
+
+    Ownership says it: slascaler's write made it the owner, so another owner now wrote the
+    field since. The entry's time, when there is one, must not be older than that write (a
+    memory older than the object); writes through the scale subresource (`kubectl scale`, an
+    HPA) leave entries without a time.
+    """
     if written_at is None:
         return None
     created = parse_kube_time(deployment["metadata"].get("creationTimestamp"))
@@ -114,12 +120,11 @@ def replicas_overwritten(deployment: Json, written_at: float | None) -> tuple[st
         return None
     # managedFields times have whole seconds: a write after ours is at or after its second.
     later = [
-        (at, manager) for manager, at in owners if at is not None and at >= math.floor(written_at)
+        (math.inf if at is None else at, manager)
+        for manager, at in owners
+        if at is None or at >= math.floor(written_at)
     ]
-    if not later:
-        return None
-    at, manager = max(later)
-    return manager, at
+    return max(later)[1] if later else None
 
 
 def _container_key(name: str) -> str:

@@ -233,36 +233,34 @@ def decide(
 def _replicas_backoff(draft: _Draft) -> None:
     """Someone else wrote spec.replicas after slascaler did: back off, do not fight.
 
-    A new overwrite (one not answered yet) starts a back-off of `replicas_backoff_s`, doubled
-    (up to the maximum) when the fight resumes within twice the last period after it ended;
-    further writes by them during a back-off only move what it answers. While it lasts, the
-    replicas stay as they are (`finish`) and Conflict says who writes them and the fix.
+    An overwrite not answered yet (none was, or slascaler wrote replicas again since the last
+    one) starts a back-off of `replicas_backoff_s`, doubled (up to the maximum) when the
+    fight resumes within twice the last period after it ended. While it lasts, the replicas
+    stay as they are (`finish`) and Conflict says who writes them and the fix.
     """
-    fleet, memory, tunables = draft.state.fleet, draft.memory, draft.tunables
-    who, at = fleet.replicas_overwritten_by, fleet.replicas_overwritten_at
-    if who is not None and at is not None:
+    fleet, memory, tunables, now = draft.state.fleet, draft.memory, draft.tunables, draft.now
+    who = fleet.replicas_overwritten_by
+    until, period = memory.replicas_backoff_until, memory.replicas_backoff_s
+    if who is not None and (until is None or now >= until):
         seen = memory.replicas_overwrite_seen_at
-        until, period = memory.replicas_backoff_until, memory.replicas_backoff_s
-        if until is not None and draft.now < until:
-            if seen is None or at > seen:
-                draft.memory = replace(memory, replicas_overwrite_seen_at=at)
-        elif seen is None or at > seen:
+        writes = [t for t in (memory.last_scale_up_at, memory.last_scale_down_at) if t is not None]
+        if seen is None or (writes and max(writes) > seen):
             length = tunables.replicas_backoff_s
-            if until is not None and period is not None and draft.now - until < 2 * period:
+            if until is not None and period is not None and now - until < 2 * period:
                 length = min(tunables.replicas_backoff_max_s, 2 * period)
             draft.memory = replace(
                 memory,
-                replicas_backoff_until=draft.now + length,
+                replicas_backoff_until=now + length,
                 replicas_backoff_s=length,
-                replicas_overwrite_seen_at=at,
+                replicas_overwrite_seen_at=now,
             )
     until = draft.memory.replicas_backoff_until
-    if until is None or draft.now >= until:
+    if until is None or now >= until:
         return
     writer = who or "another field manager"
     draft.replicas_frozen = (
         f"{writer} set spec.replicas of {draft.spec.target.name} after slascaler did: "
-        f"slascaler does not write replicas for {until - draft.now:.0f} s more instead of "
+        f"slascaler does not write replicas for {until - now:.0f} s more instead of "
         f"fighting it; to let slascaler scale, drop `replicas` from what {writer} applies (as "
         "with an HPA), or delete this InferenceSLA"
     )

@@ -48,10 +48,9 @@ class FleetState:
     # (the oldest InferenceSLA on a Deployment owns it; the others leave it alone)
     other_autoscaler: str | None = None
     max_unavailable: int = 1  # pods a rolling update may take down (the Deployment's strategy)
-    # Someone else wrote spec.replicas after slascaler's last write (the field manager that
-    # owns it now, from the Deployment's managedFields) and when (their entry's time, epoch s).
+    # Someone else wrote spec.replicas after slascaler's last write: the field manager that
+    # owns it now (from the Deployment's managedFields).
     replicas_overwritten_by: str | None = None
-    replicas_overwritten_at: float | None = None
     # A rollout is in progress that slascaler did not start (it changes more of the pod
     # template than the engine flags slascaler writes): no template change may be stacked on it.
     foreign_rollout: bool = False
@@ -84,8 +83,8 @@ class PolicyMemory:
     gpu_limit: int | None = None  # replicas the GPUs held when pods last went unschedulable
     gpu_limit_at: float | None = None
     # Back-off after someone else overwrote spec.replicas: no replica write until `until`;
-    # `period_s` doubles each time the fight resumes; `seen_at` is the overwrite it answers
-    # (FleetState.replicas_overwritten_at), so the same overwrite never restarts it.
+    # `backoff_s` doubles each time the fight resumes; `seen_at` is when the overwrite it
+    # answers was seen: only one after a later replica write of slascaler's starts another.
     replicas_backoff_until: float | None = None
     replicas_backoff_s: float | None = None
     replicas_overwrite_seen_at: float | None = None
