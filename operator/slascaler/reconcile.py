@@ -2,8 +2,12 @@
 
 1. Parse the spec (a spec the API server let through but the operator cannot use gets
    Ready=False/SpecInvalid, never an exception).
-2. Read the target Deployment (`kube.fleet`); a missing Deployment or container, or an API
-   error, gets Ready=False with the reason, and nothing else happens.
+2. Read the target Deployment (`kube.fleet`): its pods by ownership, its engine flags where
+   the engine reads them, and who else writes it (another autoscaler or an older
+   InferenceSLA, someone resetting its replicas since slascaler's last write, a rollout
+   slascaler did not start). A missing Deployment or container, or an API error (no answer
+   within the request timeout included), gets Ready=False with the reason, and nothing
+   else happens.
 3. Settle an action announced by an earlier evaluation that stopped before finishing it
    (`status.pendingAction`): the Deployment carries it → it is recorded as done, with its
    Event; it does not → it was never made, and the status says so.
@@ -17,7 +21,10 @@
    killed in between restarts into step 3 instead of repeating or forgetting it. A refused
    write changes nothing and says why; a write whose outcome is unknown (no answer) stays
    pending and is settled by the next evaluation.
-6. Write the status and post Events (`status.choose_event`).
+6. Write the status (with the EngineFlags condition: every flag usable where it lives, or
+   each value that is not and the fix) and post Events (`status.choose_event`; a Warning
+   Event when the Conflict condition turns True or changes reason, `status.conflict_event`).
+   The metric source reads the pods Kubernetes says the Deployment has (`view.pods`).
 
 Called by the Kopf wiring and by the simulator's control loop (the same object, over the
 in-memory cluster); the clock is passed in.

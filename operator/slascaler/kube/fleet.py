@@ -38,7 +38,6 @@ from slascaler.engines import DEFAULT_CHANGING_FLAGS, ENGINES, GPU, EngineDefaul
 from slascaler.kube.api import Json, KubeAPI
 from slascaler.kube.errors import NotFound
 from slascaler.kube.pods import (
-    label_selector,
     owned,
     owned_pods,
     owned_replica_sets,
@@ -62,9 +61,7 @@ __all__ = [
     "FlagProblem",
     "FleetView",
     "TargetMissing",
-    "label_selector",
     "read_fleet",
-    "rollout_in_progress",
 ]
 
 KNOBS = ("maxBatchSize", "chunkSize")
