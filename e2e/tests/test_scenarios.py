@@ -350,9 +350,10 @@ def test_5_prometheus_stopped_holds_then_recovers(
 
 
 def test_10_the_operator_log_stays_clean(release: tuple[HelmRelease, OperatorKubelet]) -> None:
-    """(Before 9, which uninstalls.) Everything the scenarios above made the operator do (with the chart's ServiceAccount:
-    its RBAC is what the process may do) left no traceback and no refusal in its log; Kopf
-    reads CRDs (its resource scanning) with the chart's read-only grant."""
+    """(Before 9, which uninstalls.) Everything the scenarios above made the operator do
+    (with the chart's ServiceAccount: its RBAC is what the process may do) left no traceback
+    and no refusal in its log; Kopf reads CRDs (its resource scanning) with the chart's
+    read-only grant."""
     _, kubelet = release
     text = (kubelet.logs / "operator.log").read_text(encoding="utf-8", errors="replace")
     assert "slascaler starting" in text and "Timer 'evaluate' succeeded" in text
