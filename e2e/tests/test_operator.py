@@ -580,3 +580,12 @@ def test_a_frozen_api_server_costs_evaluations_not_the_operator(
     text = operator.log.read_text(encoding="utf-8", errors="replace")[log_start:]
     assert "timed out" in text or "Timeout" in text, text[-3000:]
     assert "Traceback" not in text, text[-6000:]
+
+
+def test_the_operator_log_has_no_traceback(operator: OperatorProcess) -> None:
+    """(Last in this module.) Nothing the tests above made the operator meet — refusals,
+    conflicts, unusable command lines, a frozen API server — printed a traceback."""
+    text = operator.log.read_text(encoding="utf-8", errors="replace")
+    assert "slascaler starting" in text
+    lines = [line for line in text.splitlines() if "Traceback" in line]
+    assert not lines, text[text.index("Traceback") - 2000 :][:6000]
