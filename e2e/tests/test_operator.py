@@ -407,6 +407,7 @@ def test_unrelated_writes_do_not_starve_a_needed_scale(
 ) -> None:
     """A controller annotating the Deployment ~15 times a second while a scale is needed."""
     kube.apply(gpu_deployment("llama", 4), namespace=namespace)
+    poll(lambda: len(ready_pods(kube, namespace, "llama")) == 4, timeout=60, what="4 ready pods")
     stop = threading.Event()
     writes: list[float] = []
 

@@ -7,9 +7,11 @@
   engine container's command line, or in its environment variable for TGI when that is
   where the value lives (every other argument, variable and the rest of the template
   untouched); the Deployment then rolls, as it does for any template change.
-- A 409 Conflict (someone wrote in between) is retried on a fresh read, as long as that
-  write touched nothing the decision depends on (`FleetView.same_as`): unrelated writes
-  (annotations, labels) do not starve a needed change. Otherwise `TargetChanged`.
+- A 409 Conflict (someone wrote in between) is retried at once on the Deployment read again
+  when that write left its spec and rollout as they were (`fleet.rebased`: an annotation, a
+  label, the controller's status), else on a full re-read as long as nothing the decision
+  depends on changed (`FleetView.same_as`): a Deployment written to many times a second does
+  not starve a needed change. Otherwise `TargetChanged`.
 - Events are core/v1 Events on the InferenceSLA (what `kubectl describe` shows), from
   component `slascaler`. An action's Event has a name derived from the action, so posting it
   again after a restart is a no-op (409), never a duplicate.
@@ -37,10 +39,10 @@ from slascaler.kube.api import (
     KubeAPI,
     kube_time,
 )
-from slascaler.kube.errors import Conflict
-from slascaler.kube.fleet import FleetView
+from slascaler.kube.errors import Conflict, NotFound
+from slascaler.kube.fleet import FleetView, rebased
 
-CONFLICT_RETRIES = 5
+CONFLICT_RETRIES = 10
 EVENT_MESSAGE_LIMIT = 1024
 
 
@@ -110,6 +112,18 @@ def apply_changes(
         try:
             return api.patch_deployment(namespace, name, patch)
         except Conflict:
+            # Most conflicts are writes to nothing decided on (an annotation, the controller's
+            # status): one read of the Deployment says so, and the patch is retried at once
+            # at its version; a full re-read, which takes longer than a busy Deployment stays
+            # unchanged, only when its spec or rollout changed.
+            try:
+                latest = api.get_deployment(namespace, name)
+            except NotFound:
+                raise TargetChanged("the Deployment was deleted") from None
+            quick = rebased(basis, latest)
+            if quick is not None:
+                basis = quick
+                continue
             fresh = reread()
             if not fresh.same_as(basis):
                 raise TargetChanged(

@@ -24,7 +24,7 @@ engine container is not in it, and `kube.errors` exceptions when the API fails. 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from slascaler.engine_args import EngineArgsError, has_flag
 from slascaler.engine_container import (
@@ -62,6 +62,7 @@ __all__ = [
     "FleetView",
     "TargetMissing",
     "read_fleet",
+    "rebased",
 ]
 
 KNOBS = ("maxBatchSize", "chunkSize")
@@ -120,6 +121,30 @@ class FleetView:
             and self.container == other.container
             and self.settings == other.settings
         )
+
+
+def rebased(view: FleetView, deployment: Json) -> FleetView | None:
+    """`view` at the version of `deployment` (the same Deployment read again), when what it
+    was read from is unchanged but metadata and status counts: the same spec, the same
+    rollout state, the same owner of spec.replicas. None when anything else changed."""
+    old = view.deployment
+    if deployment["metadata"].get("uid") != old["metadata"].get("uid"):
+        return None
+    if deployment["spec"] != old["spec"]:
+        return None
+    if rollout_in_progress(deployment) != view.state.rollout_in_progress:
+        return None
+    if _replicas_owners(deployment) != _replicas_owners(old):
+        return None
+    return replace(view, deployment=deployment)
+
+
+def _replicas_owners(deployment: Json) -> list[str]:
+    return sorted(
+        str(entry.get("manager"))
+        for entry in deployment["metadata"].get("managedFields") or []
+        if "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {})
+    )
 
 
 def max_unavailable(deployment: Json) -> int:
