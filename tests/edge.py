@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from slascaler.kube.api import Json
+from slascaler.metrics.promql import OwnedPods
 from slascaler.model.observation import Observation
 from slascaler.reconcile import Evaluation, Reconciler
 from slascaler.spec import Engine, SLASpec
@@ -42,9 +43,13 @@ class FixedSource:
 
     observation: Observation | None = None
     asked: list[tuple[str, str]] = field(default_factory=list)
+    pods: OwnedPods | None = None  # the pods the last observation was asked for
 
-    def observe(self, namespace: str, spec: SLASpec, now: float) -> Observation:
+    def observe(
+        self, namespace: str, spec: SLASpec, now: float, pods: OwnedPods | None = None
+    ) -> Observation:
         self.asked.append((namespace, spec.target.name))
+        self.pods = pods
         if self.observation is None:
             return Observation(now, spec.window_s, None, None, None, source_error="no data set")
         return replace(self.observation, observed_at=now)
@@ -61,14 +66,21 @@ class Edge:
         gpu_limit: int | None = None,
         now: float = 10_000.0,
         dry_run: bool = False,
+        engine: Engine = Engine.VLLM,
+        **deployment: Any,
     ) -> None:
+        """`deployment`: more of `SimCluster.add_deployment`'s arguments (args, command, env,
+        sidecars, node_labels, image); args default to the engine's flags for `settings`."""
         self.now = now
-        self.cluster = SimCluster(status_schema=status_schema())
+        self.cluster = SimCluster(status_schema=status_schema(), clock=lambda: self.now)
         self.fleet = Fleet(PROFILES["llama3-8b-a100"], replicas, settings, gpu_limit=gpu_limit)
+        deployment.setdefault("args", engine_args(engine, settings))
         self.deployment: SimDeployment = self.cluster.add_deployment(
-            NAMESPACE, NAME, self.fleet, args=engine_args(Engine.VLLM, settings)
+            NAMESPACE, NAME, self.fleet, engine=engine, **deployment
         )
-        self.cluster.add_inference_sla(NAMESPACE, SLA_NAME, {"targetRef": {"name": NAME}, **spec})
+        self.cluster.add_inference_sla(
+            NAMESPACE, SLA_NAME, {"targetRef": {"name": NAME}, "engine": str(engine), **spec}
+        )
         self.source = FixedSource()
         self.telemetry = Telemetry()
         self.reconciler = Reconciler(
@@ -94,3 +106,11 @@ class Edge:
 
     def condition(self, kind: str) -> Json:
         return next(c for c in self.status["conditions"] if c["type"] == kind)
+
+    def container(self) -> Json:
+        """The engine's container of the live Deployment (the last one: sidecars come first)."""
+        container: Json = self.live()["spec"]["template"]["spec"]["containers"][-1]
+        return container
+
+    def patches(self) -> int:
+        return sum(1 for c in self.cluster.calls if c[0] == "patch_deployment")

@@ -277,6 +277,10 @@ class LocalCluster:
                             "kubernetes.io/hostname": name,
                             "kubernetes.io/os": "linux",
                             "nvidia.com/gpu.present": "true",
+                            # As NVIDIA's GPU feature discovery labels an A100 80GB node: the
+                            # engines' defaults depend on them (vLLM: 256 / 2048 on an A100).
+                            "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+                            "nvidia.com/gpu.memory": "81920",
                         },
                         "annotations": {"kwok.x-k8s.io/node": "fake"},
                     },

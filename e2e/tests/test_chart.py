@@ -60,6 +60,11 @@ def test_defaults_render_cluster_wide_least_privilege(binaries: Path) -> None:
     assert rules[(("apps",), ("deployments",))] == {"get", "patch"}
     assert rules[(("apps",), ("deployments/scale",))] == {"get", "patch"}
     assert rules[(("",), ("pods",))] == {"list"}
+    assert rules[(("apps",), ("replicasets",))] == {"list"}
+    assert rules[(("",), ("nodes",))] == {"get"}
+    assert rules[(("apiextensions.k8s.io",), ("customresourcedefinitions",))] == {
+        "get", "list", "watch"
+    }  # fmt: skip
     assert rules[(("autoscaling",), ("horizontalpodautoscalers",))] == {"list"}
     assert all("*" not in verbs and "delete" not in verbs for verbs in rules.values())
     assert not any((k[0][0], k[1]) == ("", ("secrets",)) for k in rules)
@@ -103,7 +108,17 @@ def test_pod_is_hardened_and_env_carries_the_values(binaries: Path) -> None:
 
 def test_namespaced_install_uses_roles_and_peering_per_namespace(binaries: Path) -> None:
     docs = render(binaries, "-f", str(CHART / "ci" / "ha-namespaced-values.yaml"))
-    assert by_kind(docs, "ClusterRole") == [] and by_kind(docs, "ClusterRoleBinding") == []
+    # Cluster-scoped objects are only read: nodes (GPU labels), CRDs and namespaces (Kopf).
+    (cluster_role,) = by_kind(docs, "ClusterRole")
+    assert cluster_role["metadata"]["name"] == "rel-slascaler-cluster-read"
+    assert {verb for rule in cluster_role["rules"] for verb in rule["verbs"]} <= {
+        "get", "list", "watch"
+    }  # fmt: skip
+    assert {r for rule in cluster_role["rules"] for r in rule["resources"]} == {
+        "nodes", "customresourcedefinitions", "namespaces"
+    }  # fmt: skip
+    (binding,) = by_kind(docs, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == "rel-slascaler-cluster-read"
     assert sorted(r["metadata"]["namespace"] for r in by_kind(docs, "Role")) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == [
         "team-a",

@@ -2,8 +2,12 @@
 
 1. Parse the spec (a spec the API server let through but the operator cannot use gets
    Ready=False/SpecInvalid, never an exception).
-2. Read the target Deployment (`kube.fleet`); a missing Deployment or container, or an API
-   error, gets Ready=False with the reason, and nothing else happens.
+2. Read the target Deployment (`kube.fleet`): its pods by ownership, its engine flags where
+   the engine reads them, and who else writes it (another autoscaler or an older
+   InferenceSLA, someone resetting its replicas since slascaler's last write, a rollout
+   slascaler did not start). A missing Deployment or container, or an API error (no answer
+   within the request timeout included), gets Ready=False with the reason, and nothing
+   else happens.
 3. Settle an action announced by an earlier evaluation that stopped before finishing it
    (`status.pendingAction`): the Deployment carries it → it is recorded as done, with its
    Event; it does not → it was never made, and the status says so.
@@ -17,7 +21,10 @@
    killed in between restarts into step 3 instead of repeating or forgetting it. A refused
    write changes nothing and says why; a write whose outcome is unknown (no answer) stays
    pending and is settled by the next evaluation.
-6. Write the status and post Events (`status.choose_event`).
+6. Write the status (with the EngineFlags condition: every flag usable where it lives, or
+   each value that is not and the fix) and post Events (`status.choose_event`; a Warning
+   Event when the Conflict condition turns True or changes reason, `status.conflict_event`).
+   The metric source reads the pods Kubernetes says the Deployment has (`view.pods`).
 
 Called by the Kopf wiring and by the simulator's control loop (the same object, over the
 in-memory cluster); the clock is passed in.
@@ -30,7 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from slascaler.engines import ENGINES
+from slascaler.engine_args import EngineArgsError
 from slascaler.kube.actuation import (
     TargetChanged,
     action_event_name,
@@ -42,13 +49,23 @@ from slascaler.kube.api import Json, KubeAPI, kube_time
 from slascaler.kube.errors import KubeError, Unreachable
 from slascaler.kube.fleet import ContainerMissing, FleetView, TargetMissing, read_fleet
 from slascaler.metrics.source import MetricSource
-from slascaler.policy import Change, Condition, Decision, PolicyState, Reason, Tunables, decide
+from slascaler.policy import (
+    Change,
+    Condition,
+    Decision,
+    PolicyMemory,
+    PolicyState,
+    Reason,
+    Tunables,
+    decide,
+)
 from slascaler.policy.decide import DEFAULT_TUNABLES
 from slascaler.policy.decision import Status
 from slascaler.spec import Mode, SLASpec, SpecError, parse_spec
 from slascaler.status import (
     PendingAction,
     choose_event,
+    conflict_event,
     engine_flags,
     memory_from_status,
     memory_to_status,
@@ -61,7 +78,7 @@ from slascaler.telemetry import Telemetry
 
 log = logging.getLogger("slascaler.reconcile")
 
-NOT_EVALUATED = ("SLAMet", "MetricsAvailable", "CapacityLimited", "Conflict")
+NOT_EVALUATED = ("SLAMet", "MetricsAvailable", "CapacityLimited", "Conflict", "EngineFlags")
 
 
 @dataclass(frozen=True)
@@ -131,8 +148,11 @@ class Reconciler:
         except SpecError as error:
             self.telemetry.reconciles.labels(namespace, name, "invalid_spec").inc()
             return self._not_evaluated(sla, "SpecInvalid", str(error), now)
+        memory, memory_note = memory_from_status(previous.get("memory"))
+        pending = PendingAction.from_status(previous.get("pendingAction"))
+        written_at = _replicas_written_at(memory)
         try:
-            view = read_fleet(self.api, namespace, spec)
+            view = read_fleet(self.api, namespace, spec, sla, written_at)
         except TargetMissing as error:
             self.telemetry.reconciles.labels(namespace, name, "target_missing").inc()
             return self._not_evaluated(sla, "TargetNotFound", str(error), now)
@@ -145,12 +165,10 @@ class Reconciler:
             message = f"reading the target failed: {error}"
             return self._not_evaluated(sla, "KubernetesError", message, now)
 
-        memory, memory_note = memory_from_status(previous.get("memory"))
         notes = [*view.notes]
         if memory_note:
             notes.append(memory_note)
         last_action = previous.get("lastAction")
-        pending = PendingAction.from_status(previous.get("pendingAction"))
         if pending is not None:
             if pending.landed(view.state):
                 memory, last_action = pending.memory, pending.last_action()
@@ -166,7 +184,7 @@ class Reconciler:
                     "failed): nothing was changed"
                 )
 
-        observation = self.source.observe(namespace, spec, now)
+        observation = self.source.observe(namespace, spec, now, pods=view.pods)
         if observation.source_error is not None:
             self.telemetry.errors.labels("metrics").inc()
         decision = decide(spec, observation, PolicyState(view.state, memory), now, self.tunables)
@@ -175,10 +193,11 @@ class Reconciler:
         auto = spec.mode is Mode.AUTO and not self.dry_run
         memory_out = decision.memory_if_held
         conditions = {c.type: c for c in decision.conditions}
+        conditions["EngineFlags"] = engine_flags_condition(view)
         reason_code, reason = decision.reason_code, decision.reason
         outcome = _Outcome(last_action=last_action)
         if decision.acts and auto:
-            outcome = self._act(sla, spec, view, decision, now, last_action)
+            outcome = self._act(sla, spec, view, decision, now, last_action, written_at)
             if outcome.acted:
                 memory_out = decision.memory_if_applied
                 for change in outcome.acted:
@@ -227,6 +246,9 @@ class Reconciler:
             key = PendingAction.of(decision, stamp).key
             self._event(sla, *event, now, name=action_event_name(name, key))
         self._write_status(namespace, name, status)
+        conflict = conflict_event(previous.get("conditions"), decision)
+        if conflict is not None:
+            self._event(sla, *conflict, now)
         if event is not None and not outcome.acted:
             self._event(sla, *event, now)
         self.telemetry.evaluated(namespace, name, spec, decision, view.state.spec_replicas, status)
@@ -247,6 +269,7 @@ class Reconciler:
         decision: Decision,
         now: float,
         last_action: Any,
+        written_at: float | None,
     ) -> _Outcome:
         meta = sla["metadata"]
         namespace, name = meta["namespace"], meta["name"]
@@ -259,7 +282,7 @@ class Reconciler:
             )
 
         def reread() -> FleetView:
-            return read_fleet(self.api, namespace, spec)
+            return read_fleet(self.api, namespace, spec, sla, written_at)
 
         try:
             fresh = reread()
@@ -289,13 +312,17 @@ class Reconciler:
                     True,
                 ),
             )
-        flavour = ENGINES[spec.engine]
-        flag_names = {"maxBatchSize": flavour.max_batch_flag, "chunkSize": flavour.chunk_flag}
-        flags = {flag_names[c.knob]: c.new for c in decision.changes if c.knob in flag_names}
+        knobs: dict[str, int] = {c.knob: c.new for c in decision.changes if c.knob != "replicas"}
         replicas = next((c.new for c in decision.changes if c.knob == "replicas"), None)
         try:
             written = apply_changes(
-                self.api, namespace, spec.target.name, fresh, replicas, flags, reread
+                self.api, namespace, spec.target.name, fresh, replicas, knobs, reread
+            )
+        except EngineArgsError as error:  # a knob the view cannot set: a bug, refused loudly
+            log.error("%s/%s: not acting: %s", namespace, name, error)
+            return _Outcome(
+                last_action=last_action,
+                hold=(Reason.ACTION_FAILED, f"not acting: {error}", True),
             )
         except TargetChanged as error:
             return _Outcome(
@@ -381,6 +408,31 @@ class Reconciler:
         except KubeError as error:
             self.telemetry.errors.labels("kubernetes").inc()
             log.error("event %s not posted: %s", reason, error)
+
+
+def _replicas_written_at(memory: PolicyMemory) -> float | None:
+    """When slascaler last wrote spec.replicas, by its memory. (An announced action that may
+    not have landed does not count: if it did, slascaler owns the field now anyway.)"""
+    known = [t for t in (memory.last_scale_up_at, memory.last_scale_down_at) if t is not None]
+    return max(known) if known else None
+
+
+def engine_flags_condition(view: FleetView) -> Condition:
+    """EngineFlags: True when every flag slascaler reads or tunes is usable where it lives;
+    False naming each value that is not and the fix (that knob is then left alone)."""
+    blocking = [p for p in view.problems if p.blocking]
+    if blocking:
+        return Condition(
+            "EngineFlags", Status.FALSE, blocking[0].reason, "; ".join(p.message for p in blocking)
+        )
+    read = ", ".join(
+        f"{knob} {s.describe()}" if s.where != "default" else f"{knob}: {s.flag} not set"
+        for knob, s in view.settings.items()
+    )
+    container = f"container {view.container.name}" if view.container else "no engine container"
+    return Condition(
+        "EngineFlags", Status.TRUE, "Readable", f"{container}: {read}" if read else container
+    )
 
 
 def _ready(written: Json | None, view: FleetView) -> int:

@@ -27,6 +27,7 @@ from typing import Any
 from slascaler.model.latency import LoadPoint
 from slascaler.model.observation import Observation
 from slascaler.policy import Change, Condition, Decision, FleetState, PolicyMemory, Reason
+from slascaler.policy.decision import Status
 from slascaler.policy.state import Recommendation
 from slascaler.spec import SLASpec
 
@@ -49,6 +50,9 @@ def memory_to_status(memory: PolicyMemory) -> dict[str, Any]:
         "firstSeenAt": _finite(memory.first_seen_at, 2),
         "gpuLimit": memory.gpu_limit,
         "gpuLimitAt": _finite(memory.gpu_limit_at, 2),
+        "replicasBackoffUntil": _finite(memory.replicas_backoff_until, 2),
+        "replicasBackoffS": _finite(memory.replicas_backoff_s, 2),
+        "replicasOverwriteSeenAt": _finite(memory.replicas_overwrite_seen_at, 2),
         "recommendations": [[round(r.at, 2), r.replicas] for r in memory.recommendations],
         "batchPoints": [[round(x, 2), round(y, 2)] for x, y in memory.batch_points],
         "loadPoints": [
@@ -157,6 +161,9 @@ def memory_from_status(raw: object) -> tuple[PolicyMemory, str | None]:
                 first_seen_at=_optional_time(raw, "firstSeenAt"),
                 gpu_limit=_optional_count(raw, "gpuLimit"),
                 gpu_limit_at=_optional_time(raw, "gpuLimitAt"),
+                replicas_backoff_until=_optional_time(raw, "replicasBackoffUntil"),
+                replicas_backoff_s=_optional_time(raw, "replicasBackoffS"),
+                replicas_overwrite_seen_at=_optional_time(raw, "replicasOverwriteSeenAt"),
                 recommendations=tuple(
                     Recommendation(at, int(n))
                     for at, n in _pairs(raw.get("recommendations", []), "recommendations")
@@ -365,6 +372,11 @@ class PendingAction:
         return all(have.get(knob) == value for knob, value in self.target.items())
 
 
+# Holds whose reason is a Conflict condition: its Warning Event (posted when the condition
+# turns True or changes reason) says it, with the fix, so no second Event is posted.
+CONFLICT_HOLDS = frozenset({"HoldConflict", "HoldReplicasOverwritten"})
+
+
 def choose_event(
     decision: Decision,
     previous_recommendation: object,
@@ -377,9 +389,12 @@ def choose_event(
 
     One per action; one whenever the reason for holding or recommending changes (a steady
     hold is one Event, not one per interval); none for the holds that only pace an earlier
-    action (cooldowns, pods starting, a rollout).
+    action (cooldowns, pods starting, a rollout), nor for conflicts (their condition's
+    Warning Event, `conflict_event`, says them).
     """
     before = previous_recommendation if isinstance(previous_recommendation, Mapping) else {}
+    if decision.reason_code in CONFLICT_HOLDS:
+        return None  # the Warning Event of the Conflict condition says it (reconcile)
     if acted:
         return ("Normal", decision.reason_code, action_message(decision))
     if decision.acts and auto:
@@ -401,6 +416,27 @@ def choose_event(
     ):
         return ("Normal", decision.reason_code, decision.reason)
     return None
+
+
+def conflict_event(previous_conditions: object, decision: Decision) -> tuple[str, str, str] | None:
+    """The Warning Event (type, reason, message) when the Conflict condition turns True or
+    changes its reason; None while it stays as it was (a steady conflict is one Event)."""
+    condition = decision.condition("Conflict")
+    if condition is None or condition.status is not Status.TRUE:
+        return None
+    before: Mapping[str, Any] = {}
+    if isinstance(previous_conditions, Sequence):
+        before = next(
+            (
+                c
+                for c in previous_conditions
+                if isinstance(c, Mapping) and c.get("type") == "Conflict"
+            ),
+            {},
+        )
+    if before.get("status") == "True" and before.get("reason") == condition.reason:
+        return None
+    return ("Warning", condition.reason, condition.message)
 
 
 def _target_of(recommended: Mapping[str, Any]) -> tuple[object, ...]:

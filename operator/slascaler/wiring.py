@@ -9,7 +9,9 @@
   says how). slascaler itself owns nothing it would have to clean up.
 - Every reconcile of one object reads the object fresh from the API and holds a per-object
   lock, so the timer and an event never decide at once on stale status (which could repeat
-  an action).
+  an action). An API server that does not answer (every call has a timeout, `kube.clients`)
+  or refuses that read costs one evaluation and a warning in the log, never a traceback;
+  the reconcile itself turns API failures into conditions.
 
 Kopf itself: peering for HA (one active instance when `SLASCALER_PEERING` is set), its
 liveness endpoint (`/healthz`), namespace scoping, and no Kopf-posted events or annotations
@@ -30,7 +32,7 @@ import kopf
 
 from slascaler.kube.api import GROUP, PLURAL, VERSION, KubeAPI
 from slascaler.kube.clients import Clients
-from slascaler.kube.errors import NotFound
+from slascaler.kube.errors import KubeError, NotFound
 from slascaler.metrics.prometheus import PrometheusSettings, PrometheusSource
 from slascaler.reconcile import Reconciler
 from slascaler.settings import Settings
@@ -59,6 +61,9 @@ class Operator:
                 sla = self.clients.get_inference_sla(namespace, name)
             except NotFound:
                 return  # deleted meanwhile
+            except KubeError as error:  # no answer, or refused: the next interval tries again
+                log.warning("%s/%s: not evaluated: %s", namespace, name, error)
+                return
             meta = sla["metadata"]
             if meta.get("uid") != uid or meta.get("deletionTimestamp"):
                 return

@@ -86,8 +86,9 @@ class OperatorController:
     def bind(self, cluster: SimCluster, deployment: SimDeployment) -> None:
         spec = {**self.spec, "targetRef": {**self.spec.get("targetRef", {}),
                                            "name": deployment.name}}  # fmt: skip
-        cluster.add_inference_sla(deployment.namespace, deployment.name, spec)
         fleet = deployment.fleet
+        cluster.clock = lambda: fleet.now  # the cluster's times (managedFields) in the run's
+        cluster.add_inference_sla(deployment.namespace, deployment.name, spec)
         self._cluster = cluster
         self._reconciler = Reconciler(
             cluster,

@@ -6,6 +6,7 @@ replicas, the window averages of the waiting and running gauges and the pods rep
 built by `Fleet.observation` from the same cumulative counters the real-time exposition
 serves, so it has the semantics of `metrics.prometheus.PrometheusSource` (which runs the
 same increases as PromQL). A target that does not exist has no series, as in Prometheus.
+The fleet is the Deployment's own, so `pods` (what Kubernetes says its pods are) narrow nothing.
 
 Used by `sim.run` with the operator's `Reconciler`.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from slascaler.kube.errors import NotFound
+from slascaler.metrics.promql import OwnedPods
 from slascaler.model.observation import Observation
 from slascaler.spec import SLASpec
 from slascaler_sim.cluster import SimCluster
@@ -26,7 +28,9 @@ class SimulatedSource:
     def __init__(self, cluster: SimCluster) -> None:
         self.cluster = cluster
 
-    def observe(self, namespace: str, spec: SLASpec, now: float) -> Observation:
+    def observe(
+        self, namespace: str, spec: SLASpec, now: float, pods: OwnedPods | None = None
+    ) -> Observation:
         try:
             deployment = self.cluster.deployment(namespace, spec.target.name)
         except NotFound:

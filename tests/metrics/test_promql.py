@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from slascaler.engines import ENGINES
 from slascaler.metrics.promql import (
+    OwnedPods,
     PodSelector,
     deployment_pod_pattern,
     duration,
@@ -18,6 +19,7 @@ from slascaler.metrics.promql import (
     escape_string,
     gauge_queries,
     histogram_queries,
+    owned_pods_pattern,
 )
 from slascaler.spec import Engine
 
@@ -127,3 +129,60 @@ def test_pod_pattern_of_a_name_too_long_for_the_whole_hash() -> None:
     assert re.fullmatch(pattern, "a-very-long-deployment-name-for-a-large-language-mo-6d4cf5x7k2p")
     assert re.fullmatch(pattern, "a-very-long-deployment-name-for-a-large-language-mo-6d4-x7k2p")
     assert not re.fullmatch(pattern, "a-very-long-deployment-name-for-a-large-language-mo-x7k2p")
+
+
+# -- pods by ownership: the ReplicaSets the Deployment owns, and their pods ----------------
+
+
+def test_a_jobs_pods_are_not_a_deployments_with_the_owned_replica_sets() -> None:
+    """`llama-dl-x7k2p` (a Job's pod) matched the name pattern of Deployment `llama`; with the
+    ReplicaSets Kubernetes says `llama` owns, only their pods match."""
+    assert re.fullmatch(deployment_pod_pattern("llama"), "llama-dl-x7k2p"), "the old weakness"
+    pattern = owned_pods_pattern(OwnedPods(("llama-6d4cf56db6", "llama-7f9b8c6d5")))
+    assert re.fullmatch(pattern, "llama-6d4cf56db6-x7k2p")
+    assert re.fullmatch(pattern, "llama-7f9b8c6d5-q9zt4")
+    for other in ("llama-dl-x7k2p", "llama-6d4cf56db6-x7k2", "llama-6d4cf56db6x-x7k2p",
+                  "llama-chat-6d4cf56db6-x7k2p", "llama-db-0"):  # fmt: skip
+        assert not re.fullmatch(pattern, other), other
+
+
+def test_deployments_sharing_57_characters_each_read_only_their_own_pods() -> None:
+    """`<stem>` (57 characters) and `<stem>-v2`: the API server cuts both Deployments' pod
+    names to `<stem>-` before the suffix, so no name pattern can tell them apart; the pods
+    each one owns, by exact name, can."""
+    stem = "a-deployment-name-that-is-long-enough-to-be-cut-by-the-ap"
+    assert len(stem) == 57
+    ours, theirs = stem, f"{stem}-v2"
+    ours_pod = kubernetes_pod_name(ours, "6d4cf56db6", "x7k2p")
+    theirs_pod = kubernetes_pod_name(theirs, "5c9d8b7f6", "q9zt4")
+    assert ours_pod == f"{stem}-x7k2p" and theirs_pod == f"{stem}-q9zt4"
+    assert re.fullmatch(deployment_pod_pattern(ours), theirs_pod), "the name pattern cannot tell"
+    rs = f"{ours}-6d4cf56db6"
+    owned = OwnedPods((rs,), ((ours_pod, rs),))
+    assert owned.cut() == (rs,)
+    pattern = owned_pods_pattern(owned)
+    assert re.fullmatch(pattern, ours_pod)
+    assert not re.fullmatch(pattern, theirs_pod)
+
+
+@given(dns_name, generated, st.text(alphabet=KUBERNETES_ALPHABET, min_size=5, max_size=5))
+def test_owned_pattern_matches_every_pod_of_the_replica_set(
+    deployment: str, template_hash: str, suffix: str
+) -> None:
+    replica_set = deployment[: 253 - 1 - len(template_hash)] + "-" + template_hash
+    pod = kubernetes_pod_name(deployment, template_hash, suffix)
+    owned = OwnedPods((replica_set,), ((pod, replica_set),))
+    assert re.fullmatch(owned_pods_pattern(owned), pod), (replica_set, pod)
+
+
+def test_no_pod_matches_nothing_not_even_a_series_without_the_label() -> None:
+    pattern = owned_pods_pattern(OwnedPods(()))
+    for name in ("", "llama-6d4cf56db6-x7k2p", "x"):
+        assert not re.fullmatch(pattern, name)
+
+
+def test_the_selector_uses_the_owned_pods_when_given() -> None:
+    selector = PodSelector("team-a", "llama", owned=OwnedPods(("llama-6d4cf56db6",)))
+    assert selector.matchers() == (
+        '{namespace="team-a",pod=~"^(?:llama-6d4cf56db6-[bcdfghjklmnpqrstvwxz2456789]{5})$"}'
+    )

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slascaler.engine_args import CommandLine, EngineArgsError, read_flag, with_flag
+from slascaler.engine_args import CommandLine, EngineArgsError, read_flag, shell_script, with_flag
 
 FLAG = "--max-num-seqs"
 VLLM = CommandLine(
@@ -55,20 +55,65 @@ def test_flag_in_command_is_edited_there() -> None:
     )
 
 
+SCRIPT = "vllm serve m --max-num-seqs 8"
+
+
 @pytest.mark.parametrize(
-    ("line", "message"),
+    ("line", "reason", "message"),
     [
-        (CommandLine(("sh", "-c"), ("vllm serve m --max-num-seqs 8",)), "shell string"),
-        (CommandLine(args=("--max-num-seqs", "lots")), "not a whole number"),
-        (CommandLine(args=("--max-num-seqs", "0")), "not a positive number"),
-        (CommandLine(args=("--max-num-seqs",)), "no value"),
+        (CommandLine(("sh", "-c"), (SCRIPT,)), "ShellScript", "is inside it"),
+        (CommandLine(("/bin/bash", "-lc", SCRIPT)), "ShellScript", "is inside it"),
+        (CommandLine(("env", "A=1", "sh", "-ec"), (SCRIPT,)), "ShellScript", "inside it"),
+        (CommandLine((), ("-c", SCRIPT)), "ShellScript", "inside it"),  # entrypoint: a shell
+        (CommandLine(args=("--max-num-seqs 8",)), "ShellScript", "one argument with spaces"),
+        (CommandLine(args=("--max-num-seqs", "lots")), "InvalidValue", "not a whole number"),
+        (CommandLine(args=("--max-num-seqs=abc",)), "InvalidValue", "--max-num-seqs=abc is not"),
+        (CommandLine(args=("--max-num-seqs", "0")), "InvalidValue", "not a positive number"),
+        (CommandLine(args=("--max-num-seqs",)), "MissingValue", "no value"),
+        (
+            CommandLine(args=("--max-num-seqs", "--port", "8000")),
+            "MissingValue",
+            r"no value \(it is followed by --port\)",
+        ),
+        (CommandLine(args=("--max-num-seqs", "2147483648")), "OutOfRange", "beyond 2147483647"),
+        (CommandLine(args=("--max-num-seqs=99999999999999999999",)), "OutOfRange", "int32"),
     ],
 )
-def test_unusable_command_lines_are_refused_with_the_reason(
-    line: CommandLine, message: str
+def test_unusable_command_lines_are_refused_naming_the_value_and_the_fix(
+    line: CommandLine, reason: str, message: str
 ) -> None:
-    with pytest.raises(EngineArgsError, match=message):
+    with pytest.raises(EngineArgsError, match=message) as refused:
         read_flag(line, FLAG)
+    assert refused.value.reason == reason
+
+
+def test_largest_int32_is_read() -> None:
+    assert read_flag(CommandLine(args=("--max-num-seqs", "2147483647")), FLAG) == 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        CommandLine(("sh", "-c"), ("exec vllm serve m --port 8000",)),  # the flag is absent
+        CommandLine(("bash", "-c", "vllm serve m"), ()),
+        CommandLine((), ("-c", "vllm serve m")),
+    ],
+)
+def test_nothing_is_appended_after_a_shell_script(line: CommandLine) -> None:
+    """sh would take an argument after the script as $0 and ignore it: refused, not appended."""
+    with pytest.raises(EngineArgsError, match="would go after it") as refused:
+        with_flag(line, FLAG, 64)
+    assert refused.value.reason == "ShellScript"
+    with pytest.raises(EngineArgsError):
+        read_flag(line, FLAG)
+
+
+def test_a_shell_that_runs_no_script_string_is_not_mistaken_for_one() -> None:
+    assert shell_script(CommandLine(("vllm", "serve"), ("-c", "cfg"))) is None
+    assert (
+        shell_script(CommandLine(("python3", "-m", "vllm.entrypoints.openai.api_server"))) is None
+    )
+    assert shell_script(CommandLine(("sh", "-e", "-c", "x"))) == "x"
 
 
 TOKENS = st.sampled_from(

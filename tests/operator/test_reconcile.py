@@ -184,6 +184,25 @@ def test_unrelated_writes_do_not_starve_a_needed_scale() -> None:
     assert_status_matches_deployment(edge)
 
 
+def test_writes_faster_than_a_full_read_do_not_starve_a_needed_scale() -> None:
+    """Someone annotates the Deployment during every read of its ReplicaSets (as a busy
+    controller does while the operator re-reads) and before each of the first 8 writes:
+    each conflict is retried on one read of the Deployment, and the scale lands."""
+    edge = Edge(SLA)
+    edge.source.observation = queue_bound()
+    counter = iter(range(1000))
+
+    def annotate() -> None:
+        edge.cluster.annotate(NAMESPACE, NAME, "gitops/synced", str(next(counter)))
+
+    edge.cluster.fail("list_replica_sets", annotate, times=1000)
+    edge.cluster.fail("patch_deployment", annotate, times=8)
+    evaluation = edge.reconcile()
+    assert evaluation.acted, edge.status["recommendation"]
+    assert edge.patches() == 9, "8 conflicts, then the write"
+    assert_status_matches_deployment(edge)
+
+
 def test_a_write_to_what_was_decided_on_is_not_overwritten() -> None:
     edge = Edge(SLA)
     edge.source.observation = queue_bound()
@@ -211,7 +230,8 @@ def test_notes_reach_the_status_through_the_schema() -> None:
     edge.cluster.set_command_line(NAMESPACE, NAME, CommandLine((), ("--model", "llama")))
     edge.reconcile()
     assert edge.status["notes"] == [
-        "--max-num-batched-tokens is not set: assuming the engine's default 8192"
+        "--max-num-batched-tokens is not set: assuming 2048, vLLM 0.33's default on "
+        "NVIDIA-A100-SXM4-80GB (81920 MiB)"
     ]
 
 

@@ -37,6 +37,9 @@ def memories(draw: st.DrawFn) -> PolicyMemory:
         capacity=draw(st.none() | st.floats(0.1, 1e6)),
         gpu_limit=draw(st.none() | st.integers(1, 1000)),
         gpu_limit_at=draw(maybe_time),
+        replicas_backoff_until=draw(maybe_time),
+        replicas_backoff_s=draw(maybe_time),
+        replicas_overwrite_seen_at=draw(maybe_time),
         recommendations=tuple(
             Recommendation(at, n)
             for at, n in draw(st.lists(st.tuples(times, st.integers(1, 10_000)), max_size=5))
@@ -82,7 +85,8 @@ def test_memory_round_trips_through_json(memory: PolicyMemory) -> None:
     restored, note = memory_from_status(stored)
     assert note is None
     for name in ("last_scale_up_at", "last_scale_down_at", "last_knob_change_at",
-                 "first_seen_at", "gpu_limit_at"):  # fmt: skip
+                 "first_seen_at", "gpu_limit_at", "replicas_backoff_until",
+                 "replicas_backoff_s", "replicas_overwrite_seen_at"):  # fmt: skip
         assert close(getattr(restored, name), getattr(memory, name), 0.005), name
     assert close(restored.capacity, memory.capacity, 0.05)
     assert restored.points_knobs == memory.points_knobs

@@ -31,6 +31,7 @@ from slascaler.model.observation import Observation
 from slascaler.model.regime import Regime
 from slascaler.model.samples import TTFTBreakdown
 from slascaler.policy import Decision, FleetState, PolicyMemory, PolicyState, Reason, decide
+from slascaler.policy.decision import Status
 from slascaler.policy.state import Recommendation
 from slascaler.spec import SLASpec, parse_spec
 
@@ -75,6 +76,8 @@ def specs(draw: st.DrawFn) -> SLASpec:
 
 @st.composite
 def fleets(draw: st.DrawFn) -> FleetState:
+    rollout = draw(st.booleans())
+    overwritten = draw(st.booleans())
     replicas = draw(st.integers(0, 40))
     ready = draw(st.integers(0, replicas))
     return FleetState(
@@ -83,9 +86,13 @@ def fleets(draw: st.DrawFn) -> FleetState:
         unschedulable_pods=draw(st.integers(0, replicas - ready)),
         max_batch_size=draw(st.one_of(st.none(), st.integers(1, 1024))),
         chunk_size=draw(st.one_of(st.none(), st.integers(64, 32768))),
-        rollout_in_progress=draw(st.booleans()),
-        other_autoscaler=draw(st.sampled_from([None, None, None, "HorizontalPodAutoscaler/x"])),
+        rollout_in_progress=rollout,
+        other_autoscaler=draw(
+            st.sampled_from([None, None, None, "HorizontalPodAutoscaler/x", "InferenceSLA/old"])
+        ),
         max_unavailable=draw(st.integers(0, 3)),
+        foreign_rollout=rollout and draw(st.booleans()),
+        replicas_overwritten_by="argocd-controller" if overwritten else None,
     )
 
 
@@ -131,6 +138,9 @@ def memories(draw: st.DrawFn) -> PolicyMemory:
         ),
         gpu_limit=draw(st.one_of(st.none(), st.integers(1, 40))),
         gpu_limit_at=maybe_time(),
+        replicas_backoff_until=draw(st.one_of(st.none(), st.floats(NOW - 4000, NOW + 4000))),
+        replicas_backoff_s=draw(st.one_of(st.none(), st.floats(300, 3600))),
+        replicas_overwrite_seen_at=maybe_time(),
     )
 
 
@@ -213,10 +223,27 @@ def check_invariants(
     spec: SLASpec, observation: Observation | None, fleet: FleetState, memory: PolicyMemory
 ) -> Decision:
     decision = decide(spec, observation, PolicyState(fleet, memory), NOW)
-    if fleet.other_autoscaler:
+    if fleet.other_autoscaler or fleet.spec_replicas == 0:
+        # Another autoscaler's Deployment, or one scaled to 0 (scaling disabled, as for the
+        # HPA): left exactly as it is.
         assert not decision.acts
         return decision
-    assert spec.replicas.min <= decision.replicas <= spec.replicas.max
+    backoff = decision.memory_if_held.replicas_backoff_until
+    if backoff is not None and backoff > NOW:  # someone else writes replicas: not fought
+        assert decision.replicas == fleet.spec_replicas
+        conflict = decision.condition("Conflict")
+        assert conflict is not None and conflict.status is Status.TRUE
+    else:
+        assert spec.replicas.min <= decision.replicas <= spec.replicas.max
+    if fleet.foreign_rollout:  # no template change stacked on someone else's rollout
+        assert (decision.max_batch_size, decision.chunk_size) == (
+            fleet.max_batch_size,
+            fleet.chunk_size,
+        )
+    if fleet.foreign_rollout or (backoff is not None and backoff > NOW):
+        if decision.acts:
+            assert decision.reason_code is decision.changes[0].reason
+        return decision
     for bounds, value in (
         (spec.max_batch_size, decision.max_batch_size),
         (spec.chunk_size, decision.chunk_size),
@@ -302,7 +329,15 @@ def _healthy_window(pods: int, seed: int) -> Observation:
 def test_no_stacked_scale_up_under_heavy_queueing(
     spec: SLASpec, fleet: FleetState, memory: PolicyMemory, seed: int
 ) -> None:
-    fleet = replace(fleet, other_autoscaler=None)
+    fleet = replace(
+        fleet,
+        other_autoscaler=None,
+        spec_replicas=max(1, fleet.spec_replicas),
+        ready_replicas=min(fleet.ready_replicas, max(1, fleet.spec_replicas)),
+        replicas_overwritten_by=None,
+        foreign_rollout=False,
+    )
+    memory = replace(memory, replicas_backoff_until=None)
     observation = _queue_bound_window(max(1, fleet.ready_replicas), seed)
     decision = decide(spec, observation, PolicyState(fleet, memory), NOW)
     bounded = spec.replicas.clamp(fleet.spec_replicas)
@@ -320,7 +355,15 @@ def test_no_stacked_scale_up_under_heavy_queueing(
 def test_scale_down_only_after_the_stabilization_window(
     spec: SLASpec, fleet: FleetState, memory: PolicyMemory, seed: int
 ) -> None:
-    fleet = replace(fleet, other_autoscaler=None)
+    fleet = replace(
+        fleet,
+        other_autoscaler=None,
+        spec_replicas=max(1, fleet.spec_replicas),
+        ready_replicas=min(fleet.ready_replicas, max(1, fleet.spec_replicas)),
+        replicas_overwritten_by=None,
+        foreign_rollout=False,
+    )
+    memory = replace(memory, replicas_backoff_until=None)
     observation = _healthy_window(max(1, fleet.ready_replicas), seed)
     decision = decide(spec, observation, PolicyState(fleet, memory), NOW)
     bounded = spec.replicas.clamp(fleet.spec_replicas)
@@ -370,7 +413,15 @@ def test_knob_changes_respect_cooldown_and_rollouts(
             }
         ).itl,
     )
-    fleet = replace(fleet, other_autoscaler=None)
+    fleet = replace(
+        fleet,
+        other_autoscaler=None,
+        spec_replicas=max(1, fleet.spec_replicas),
+        ready_replicas=min(fleet.ready_replicas, max(1, fleet.spec_replicas)),
+        replicas_overwritten_by=None,
+        foreign_rollout=False,
+    )
+    memory = replace(memory, replicas_backoff_until=None)
     decision = decide(
         spec,
         _knob_window(kind, max(1, fleet.ready_replicas), seed),

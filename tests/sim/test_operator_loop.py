@@ -7,6 +7,8 @@ fleet follows the Deployment.
 
 from __future__ import annotations
 
+import itertools
+
 from slascaler_sim.cluster import SimCluster
 from slascaler_sim.fleet import EngineSettings
 from slascaler_sim.profiles import PROFILES
@@ -61,6 +63,6 @@ def test_constant_load_settles_without_oscillation() -> None:
         3, 60.0, duration, 500.0,
     )  # fmt: skip
     desired = [s.desired for s in result.timeline if s.at >= 600.0]
-    changes = sum(1 for a, b in zip(desired, desired[1:], strict=False) if a != b)
+    changes = sum(1 for a, b in itertools.pairwise(desired) if a != b)
     assert changes <= 2, f"{changes} replica changes after 10 minutes: {sorted(set(desired))}"
     assert result.attainment is not None and result.attainment >= 0.97

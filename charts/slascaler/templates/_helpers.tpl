@@ -61,9 +61,14 @@ The RBAC rules of the operator, with the reason for each verb.
 - apiGroups: ["apps"]
   resources: ["deployments/scale"]
   verbs: ["get", "patch"]
-# Pods of the target: counted when Pending unschedulable (no GPU left).
+# Pods of the target: counted when Pending unschedulable (no GPU left); their nodes say the
+# GPU; their names select the engines' series.
 - apiGroups: [""]
   resources: ["pods"]
+  verbs: ["list"]
+# ReplicaSets: the target's pods are those of the ReplicaSets it owns (not a name prefix).
+- apiGroups: ["apps"]
+  resources: ["replicasets"]
   verbs: ["list"]
 # Events on InferenceSLAs: one per action and per change of hold reason.
 - apiGroups: ["", "events.k8s.io"]
@@ -76,4 +81,20 @@ The RBAC rules of the operator, with the reason for each verb.
 - apiGroups: ["keda.sh"]
   resources: ["scaledobjects"]
   verbs: ["list"]
+{{- end -}}
+
+{{/*
+Cluster-scoped reads of the operator (read-only), with the reason for each.
+*/}}
+{{- define "slascaler.clusterReadRules" -}}
+# Nodes: the GPU model and memory in their labels (NVIDIA GPU feature discovery), on which
+# an engine's default batch and chunk size depend when the Deployment does not set them.
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get"]
+# CRDs: Kopf watches them to notice its resources being installed or upgraded (without this
+# read it logs a 403 on every retry).
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["get", "list", "watch"]
 {{- end -}}

@@ -3,12 +3,15 @@
 - A decision's changes (replicas and engine flags together) are **one conditional patch** of
   the Deployment, carrying the resourceVersion of the read the decision was re-validated on:
   it lands whole or not at all, so there is never a Deployment scaled but not re-flagged.
-  Engine flags are set in the engine container's command line (`engine_args.with_flag`:
-  every other argument, the env and the rest of the template untouched); the Deployment
-  then rolls, as it does for any template change.
-- A 409 Conflict (someone wrote in between) is retried on a fresh read, as long as that
-  write touched nothing the decision depends on (`FleetView.same_as`): unrelated writes
-  (annotations, labels) do not starve a needed change. Otherwise `TargetChanged`.
+  Engine flags are set where the engine reads them (`engine_container.set_setting`): in the
+  engine container's command line, or in its environment variable for TGI when that is
+  where the value lives (every other argument, variable and the rest of the template
+  untouched); the Deployment then rolls, as it does for any template change.
+- A 409 Conflict (someone wrote in between) is retried at once on the Deployment read again
+  when that write left its spec and rollout as they were (`fleet.rebased`: an annotation, a
+  label, the controller's status), else on a full re-read as long as nothing the decision
+  depends on changed (`FleetView.same_as`): a Deployment written to many times a second does
+  not starve a needed change. Otherwise `TargetChanged`.
 - Events are core/v1 Events on the InferenceSLA (what `kubectl describe` shows), from
   component `slascaler`. An action's Event has a name derived from the action, so posting it
   again after a restart is a no-op (409), never a duplicate.
@@ -24,7 +27,8 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from slascaler.engine_args import CommandLine, with_flag
+from slascaler.engine_args import EngineArgsError
+from slascaler.engine_container import set_setting
 from slascaler.kube.api import (
     GROUP,
     KIND,
@@ -35,10 +39,10 @@ from slascaler.kube.api import (
     KubeAPI,
     kube_time,
 )
-from slascaler.kube.errors import Conflict
-from slascaler.kube.fleet import FleetView
+from slascaler.kube.errors import Conflict, NotFound
+from slascaler.kube.fleet import FleetView, rebased
 
-CONFLICT_RETRIES = 5
+CONFLICT_RETRIES = 10
 EVENT_MESSAGE_LIMIT = 1024
 
 
@@ -47,19 +51,38 @@ class TargetChanged(Exception):
 
 
 def planned_patch(
-    view: FleetView, replicas: int | None, flags: Mapping[str, int]
+    view: FleetView, replicas: int | None, knobs: Mapping[str, int]
 ) -> DeploymentPatch:
-    """The write that gives the Deployment `replicas` and engine `flags`, at `view`'s version."""
+    """The write that gives the Deployment `replicas` and the knobs' engine flags (knob →
+    value), each where it lives (args or env, `engine_container.set_setting`), at `view`'s
+    version. A knob the view has no readable setting for is refused (never guessed)."""
     container = None
-    if flags:
-        wanted: CommandLine = view.command_line
-        for flag, value in flags.items():
-            wanted = with_flag(wanted, flag, value)
-        if wanted != view.command_line:
+    if knobs:
+        if view.container is None:
+            raise EngineArgsError("EngineContainerUnknown", "the engine's container is not known")
+        line = view.container.line
+        env: dict[str, str] = {}
+        for knob, value in knobs.items():
+            setting = view.settings.get(knob)
+            if setting is None:
+                raise EngineArgsError("NotReadable", f"{knob} cannot be read, so it is not set")
+            change = set_setting(line, setting, value)
+            if change.line is not None:
+                line = change.line
+            if change.env is not None:
+                env[change.env[0]] = change.env[1]
+        was = view.container.line
+        env_changes = tuple(
+            (name, text)
+            for name, text in env.items()
+            if view.container.env_value(name) != (True, text)
+        )
+        if line != was or env_changes:
             container = ContainerPatch(
-                name=view.container,
-                args=wanted.args,
-                command=wanted.command if wanted.command != view.command_line.command else None,
+                name=view.container.name,
+                args=line.args if line.args != was.args else None,
+                command=line.command if line.command != was.command else None,
+                env=env_changes,
             )
     if replicas == view.state.spec_replicas:
         replicas = None
@@ -72,10 +95,10 @@ def apply_changes(
     name: str,
     view: FleetView,
     replicas: int | None,
-    flags: Mapping[str, int],
+    knobs: Mapping[str, int],
     reread: Callable[[], FleetView],
 ) -> Json | None:
-    """Write replicas and flags in one conditional patch; the Deployment as written.
+    """Write replicas and knobs' flags in one conditional patch; the Deployment as written.
 
     None when the Deployment already has them (nothing to write). Raises `TargetChanged`
     when the Deployment changed in what the decision depends on, and `kube.errors`
@@ -83,12 +106,24 @@ def apply_changes(
     """
     basis = view
     for _ in range(CONFLICT_RETRIES):
-        patch = planned_patch(basis, replicas, flags)
+        patch = planned_patch(basis, replicas, knobs)
         if patch.empty:
             return None
         try:
             return api.patch_deployment(namespace, name, patch)
         except Conflict:
+            # Most conflicts are writes to nothing decided on (an annotation, the controller's
+            # status): one read of the Deployment says so, and the patch is retried at once
+            # at its version; a full re-read, which takes longer than a busy Deployment stays
+            # unchanged, only when its spec or rollout changed.
+            try:
+                latest = api.get_deployment(namespace, name)
+            except NotFound:
+                raise TargetChanged("the Deployment was deleted") from None
+            quick = rebased(basis, latest)
+            if quick is not None:
+                basis = quick
+                continue
             fresh = reread()
             if not fresh.same_as(basis):
                 raise TargetChanged(

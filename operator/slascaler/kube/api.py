@@ -29,11 +29,13 @@ Json = dict[str, Any]
 
 @dataclass(frozen=True)
 class ContainerPatch:
-    """New `command` / `args` of one container (None: leave that field as it is)."""
+    """New `command` / `args` of one container (None: leave that field as it is), and new
+    literal values of some of its environment variables (the others are left as they are)."""
 
     name: str
     command: tuple[str, ...] | None = None
     args: tuple[str, ...] | None = None
+    env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,14 @@ class KubeAPI(Protocol):
 
     def list_pods(self, namespace: str, label_selector: str) -> list[Json]: ...
 
+    def list_replica_sets(self, namespace: str, label_selector: str) -> list[Json]:
+        """ReplicaSets matching the selector (the target's are those it owns)."""
+        ...
+
+    def get_node(self, name: str) -> Json:
+        """A node (its labels say which GPU it has); Forbidden when RBAC does not grant it."""
+        ...
+
     def list_horizontal_pod_autoscalers(self, namespace: str) -> list[Json]: ...
 
     def list_scaled_objects(self, namespace: str) -> list[Json]:
@@ -68,6 +78,10 @@ class KubeAPI(Protocol):
         ...
 
     def get_inference_sla(self, namespace: str, name: str) -> Json: ...
+
+    def list_inference_slas(self, namespace: str) -> list[Json]:
+        """The namespace's InferenceSLAs (to find the one that owns a Deployment)."""
+        ...
 
     def patch_inference_sla_status(
         self, namespace: str, name: str, status: Mapping[str, Any]
@@ -83,3 +97,17 @@ class KubeAPI(Protocol):
 def kube_time(epoch_s: float) -> str:
     """RFC 3339 UTC with seconds, as Kubernetes writes times."""
     return dt.datetime.fromtimestamp(epoch_s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_kube_time(text: object) -> float | None:
+    """Epoch seconds of a Kubernetes time (RFC 3339, e.g. `2024-05-01T12:00:00Z`); None when
+    absent or unreadable."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return parsed.timestamp()

@@ -31,7 +31,7 @@ from slascaler.kube.api import (
     DeploymentPatch,
     Json,
 )
-from slascaler.kube.errors import Conflict, KubeError, NotFound, Unreachable
+from slascaler.kube.errors import Conflict, Forbidden, KubeError, NotFound, Unreachable
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -61,6 +61,8 @@ def translated_errors(what: str) -> Iterator[None]:
             raise NotFound(message) from None
         if error.status == 409:
             raise Conflict(message) from None
+        if error.status == 403:
+            raise Forbidden(message) from None
         if error.status in (0, None):  # the library's way of saying there was no response
             raise Unreachable(message) from None
         raise KubeError(int(error.status), message) from None
@@ -132,6 +134,8 @@ class Clients:
                 container["args"] = list(patch.container.args)
             if patch.container.command is not None:
                 container["command"] = list(patch.container.command)
+            if patch.container.env:  # merged by name: the other variables stay as they are
+                container["env"] = [{"name": n, "value": v} for n, v in patch.container.env]
             spec["template"] = {"spec": {"containers": [container]}}
         body["spec"] = spec
         return self._json(
@@ -146,6 +150,16 @@ class Clients:
             self.core.list_namespaced_pod, namespace, label_selector=label_selector,
         )["items"]  # fmt: skip
         return items
+
+    def list_replica_sets(self, namespace: str, label_selector: str) -> list[Json]:
+        items: list[Json] = self._json(
+            f"listing ReplicaSets in {namespace}",
+            self.apps.list_namespaced_replica_set, namespace, label_selector=label_selector,
+        )["items"]  # fmt: skip
+        return items
+
+    def get_node(self, name: str) -> Json:
+        return self._json(f"reading node {name}", self.core.read_node, name)
 
     def list_horizontal_pod_autoscalers(self, namespace: str) -> list[Json]:
         items: list[Json] = self._json(
@@ -167,6 +181,13 @@ class Clients:
             f"reading InferenceSLA {namespace}/{name}",
             self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name,
         )  # fmt: skip
+
+    def list_inference_slas(self, namespace: str) -> list[Json]:
+        items: list[Json] = self._json(
+            f"listing InferenceSLAs in {namespace}",
+            self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL,
+        )["items"]  # fmt: skip
+        return items
 
     def patch_inference_sla_status(
         self, namespace: str, name: str, status: Mapping[str, Any]

@@ -6,6 +6,7 @@ reconcile loop and the Kopf wiring handle API failures without knowing the libra
 in-memory cluster of the simulator raises exactly the same errors.
 
 - `NotFound` (404): the object does not exist.
+- `Forbidden` (403): RBAC does not grant the call.
 - `Conflict` (409): a write's resourceVersion precondition failed (someone wrote since the
   read), or an object of that name already exists.
 - `Unreachable`: no answer at all (connection refused, reset, timed out).
@@ -27,6 +28,11 @@ class KubeError(Exception):
 class NotFound(KubeError):
     def __init__(self, message: str) -> None:
         super().__init__(404, message)
+
+
+class Forbidden(KubeError):
+    def __init__(self, message: str) -> None:
+        super().__init__(403, message)
 
 
 class Conflict(KubeError):

@@ -33,6 +33,7 @@ from urllib3.util.retry import Retry
 from slascaler.engines import ENGINES, EngineFlavour
 from slascaler.metrics.promql import (
     HistogramQueries,
+    OwnedPods,
     PodSelector,
     gauge_queries,
     histogram_queries,
@@ -130,13 +131,16 @@ class PrometheusSource:
             count=count if count is not None else math.nan,
         )
 
-    def observe(self, namespace: str, spec: SLASpec, now: float) -> Observation:
+    def observe(
+        self, namespace: str, spec: SLASpec, now: float, pods: OwnedPods | None = None
+    ) -> Observation:
         flavour = ENGINES[spec.engine]
         selector = PodSelector(
             namespace,
             spec.target.name,
             namespace_label=self.settings.namespace_label,
             pod_label=self.settings.pod_label,
+            owned=pods,
         )
         try:
             return self._observe(

@@ -2,8 +2,11 @@
 
 A query selects the target Deployment's pods in the InferenceSLA's own namespace: the
 namespace comes from the object's metadata (never from its spec), and the pod matcher is the
-Deployment's pod-name pattern `<name>-<template hash>-<suffix>` (as Kubernetes cuts it for
-long names) with the name escaped both as a regular expression (RE2) and as a PromQL string.
+names of the ReplicaSets the Deployment owns, `<replicaset>-<suffix>` (`owned_pods_pattern`,
+what Kubernetes says its pods are; exact pod names where the API server cuts that prefix),
+or without them the Deployment's pod-name pattern
+`<name>-<template hash>-<suffix>` (as Kubernetes cuts it for long names); names are escaped
+both as a regular expression (RE2) and as a PromQL string.
 Whatever a user writes in an InferenceSLA ends up inside a string literal, so it can neither
 widen the selector to another namespace nor add PromQL of its own.
 
@@ -85,6 +88,46 @@ def deployment_pod_pattern(deployment: str) -> str:
     return f"^{escape_regex(base)}{hashed}{_GENERATED}{{{_SUFFIX_LENGTH}}}$"
 
 
+# Matches no name at all, not even the empty one (which a series without the label has).
+NO_POD = "[^\\s\\S]"
+
+
+@dataclass(frozen=True)
+class OwnedPods:
+    """The pods Kubernetes says a Deployment has: the ReplicaSets it owns, and the pods they
+    own now (by name), read by `kube.fleet`."""
+
+    replica_sets: tuple[str, ...]
+    pods: tuple[tuple[str, str], ...] = ()  # (pod, its ReplicaSet)
+
+    def cut(self) -> tuple[str, ...]:
+        """ReplicaSets whose pod names the API server cuts before the suffix: their pods'
+        names cannot be told from those of another ReplicaSet with the same first 58
+        characters, so only their current pods, by exact name, are theirs."""
+        return tuple(rs for rs in self.replica_sets if len(rs) + 1 > _GENERATED_BASE_MAX)
+
+
+def owned_pods_pattern(owned: OwnedPods) -> str:
+    """An RE2 pattern (anchored) matching exactly the pods of the owned ReplicaSets.
+
+    A ReplicaSet's pods are named `<replicaset>-<5 characters>`: that prefix, for each owned
+    ReplicaSet, reads no other workload's pods (a Job `llama-dl`'s), whatever their names
+    share. When the API server cuts `<replicaset>-` to 58 characters, the prefix could be
+    another Deployment's too: those pods are matched by their exact names. No pod at all: a
+    pattern that matches nothing.
+    """
+    cut = set(owned.cut())
+    parts = sorted(
+        f"{escape_regex(rs + '-')}{_GENERATED}{{{_SUFFIX_LENGTH}}}"
+        for rs in owned.replica_sets
+        if rs not in cut
+    )
+    parts += sorted(escape_regex(pod) for pod, rs in owned.pods if rs in cut)
+    if not parts:
+        return NO_POD
+    return f"^(?:{'|'.join(parts)})$"
+
+
 def duration(seconds: float) -> str:
     """A PromQL duration for a window (whole milliseconds, at least 1 ms)."""
     return f"{max(1, round(seconds * 1000))}ms"
@@ -98,6 +141,8 @@ class PodSelector:
     deployment: str
     namespace_label: str = "namespace"
     pod_label: str = "pod"
+    # The pods the Deployment owns (by ReplicaSet); None: the Deployment's name pattern.
+    owned: OwnedPods | None = None
 
     def __post_init__(self) -> None:
         for label in (self.namespace_label, self.pod_label):
@@ -105,7 +150,11 @@ class PodSelector:
                 raise ValueError(f"{label!r} is not a Prometheus label name")
 
     def matchers(self, extra: str = "") -> str:
-        pods = deployment_pod_pattern(self.deployment)
+        pods = (
+            deployment_pod_pattern(self.deployment)
+            if self.owned is None
+            else owned_pods_pattern(self.owned)
+        )
         parts = [
             f'{self.namespace_label}="{escape_string(self.namespace)}"',
             f'{self.pod_label}=~"{escape_string(pods)}"',

@@ -1,8 +1,12 @@
 """The policy as a pipeline: one observation in, one safe, explained Decision out.
 
-1. **Conflict** — another autoscaler targets the Deployment: leave it alone entirely.
+1. **Conflict** — another autoscaler (or an older InferenceSLA) targets the Deployment: leave
+   it alone entirely. A Deployment scaled to 0 is left alone too (scaling disabled, as the
+   HPA treats it). Someone else overwrote spec.replicas after slascaler's last write: no
+   replica write for a back-off period that doubles while the fight goes on (not fought).
 2. **Bounds** — replicas and knobs into the spec's bounds (the only change made without
-   metrics: it is the user's declared intent, not an inference from data).
+   metrics: it is the user's declared intent, not an inference from data); knobs not while
+   a rollout slascaler did not start is in progress.
 3. **Data** — no observation, a failing source, a stale window, missing or NaN series, or
    too few requests: hold, and say which (`MetricsAvailable`).
 4. **Learn** — the window's load and latencies go into the memory (`policy.learning`).
@@ -74,6 +78,7 @@ class _Outcome:
     analysis: RegimeAnalysis | None = None
     wanted: int | None = None
     sustainable: float | None = None
+    replicas_frozen: str | None = None  # why replicas may not be written now (back-off)
 
     def hold(self, limit: steps.Limit) -> None:
         self.holds.append(limit)
@@ -87,6 +92,12 @@ class _Outcome:
 
     def finish(self) -> Decision:
         fleet = self.state.fleet
+        if self.replicas_frozen is not None and self.replicas != fleet.spec_replicas:
+            wanted, self.replicas = self.replicas, fleet.spec_replicas
+            self.reasons.pop("replicas", None)
+            text = f"would set replicas {fleet.spec_replicas}→{wanted}, but {self.replicas_frozen}"
+            self.holds.insert(0, steps.Limit(Reason.HOLD_REPLICAS_OVERWRITTEN, text))
+            self.texts.insert(0, text)
         changes: list[Change] = []
         if self.replicas != fleet.spec_replicas:
             reason = self.reasons.get("replicas") or (
@@ -152,13 +163,29 @@ def decide(
         {k.name: fleet.knob(k.name) for k in KNOBS},
     )  # fmt: skip
     if fleet.other_autoscaler:
-        message = (
-            f"{fleet.other_autoscaler} also targets {spec.target.name}; slascaler leaves it "
-            "alone until that autoscaler is removed"
-        )
-        out.set("Conflict", Status.TRUE, "OtherAutoscaler", message)
+        if fleet.other_autoscaler.startswith("InferenceSLA/"):
+            message = (
+                f"{fleet.other_autoscaler} also targets {spec.target.name} and is older: it "
+                "holds this Deployment's SLA, and this InferenceSLA changes nothing until that "
+                "one is deleted or retargeted"
+            )
+            out.set("Conflict", Status.TRUE, "OtherInferenceSLA", message)
+        else:
+            message = (
+                f"{fleet.other_autoscaler} also targets {spec.target.name}; slascaler leaves it "
+                "alone until that autoscaler is removed"
+            )
+            out.set("Conflict", Status.TRUE, "OtherAutoscaler", message)
         out.hold(steps.Limit(Reason.HOLD_CONFLICT, message))
         return out.finish()
+    if fleet.spec_replicas == 0:
+        out.hold(steps.Limit(
+            Reason.HOLD_SCALED_TO_ZERO,
+            f"{spec.target.name} is scaled to 0 replicas: scaling is disabled, as the HPA treats "
+            "0; scale it to 1 or more for slascaler to hold its SLA again",
+        ))  # fmt: skip
+        return out.finish()
+    _replicas_backoff(out, tunables)
 
     _bounds(out)
     problem = _data_problem(spec, observation, now, tunables)
@@ -184,7 +211,7 @@ def decide(
         return out.finish()
 
     load = window_load(observation, tunables.use_short_window)
-    memory = state.memory
+    memory = out.memory
     if load is not None:
         memory = learn(spec, fleet, memory, observation, analysis, load, now, tunables)
     memory = _with_batch_point(memory, observation, analysis, tunables)
@@ -226,12 +253,58 @@ def _bounds(out: _Outcome) -> None:
         if bounds is None or value is None or bounds.contains(value):
             continue
         clamped = bounds.clamp(value)
+        if fleet.foreign_rollout:
+            out.hold(steps.Limit(
+                Reason.HOLD_FOREIGN_ROLLOUT,
+                f"{knob.name} {value} outside spec.knobs.{knob.name} [{bounds.min}, "
+                f"{bounds.max}], but a rollout slascaler did not start is in progress: the "
+                "flag is changed once it has finished (a template change now would stack on "
+                "it)",
+            ))  # fmt: skip
+            continue
         out.knobs[knob.name] = clamped
         out.reasons[knob.name] = Reason.BOUNDS_ENFORCED
         out.texts.append(
             f"{knob.name} {value} outside spec.knobs.{knob.name} [{bounds.min}, {bounds.max}]: "
             f"set to {clamped}"
         )
+
+
+def _replicas_backoff(out: _Outcome, tunables: Tunables) -> None:
+    """Someone else wrote spec.replicas after slascaler did: back off, do not fight.
+
+    An overwrite not answered yet (none was, or slascaler wrote replicas again since the last
+    one) starts a back-off of `replicas_backoff_s`, doubled (up to the maximum) when the fight
+    resumes within twice the last period after it ended. While it lasts, the replicas stay as
+    they are (`_Outcome.finish`) and Conflict says who writes them and the fix.
+    """
+    fleet, memory, now = out.state.fleet, out.memory, out.now
+    who = fleet.replicas_overwritten_by
+    until, period = memory.replicas_backoff_until, memory.replicas_backoff_s
+    if who is not None and (until is None or now >= until):
+        seen = memory.replicas_overwrite_seen_at
+        writes = [t for t in (memory.last_scale_up_at, memory.last_scale_down_at) if t is not None]
+        if seen is None or (writes and max(writes) > seen):
+            length = tunables.replicas_backoff_s
+            if until is not None and period is not None and now - until < 2 * period:
+                length = min(tunables.replicas_backoff_max_s, 2 * period)
+            out.memory = replace(
+                memory,
+                replicas_backoff_until=now + length,
+                replicas_backoff_s=length,
+                replicas_overwrite_seen_at=now,
+            )
+    until = out.memory.replicas_backoff_until
+    if until is None or now >= until:
+        return
+    writer = who or "another field manager"
+    out.replicas_frozen = (
+        f"{writer} set spec.replicas of {out.spec.target.name} after slascaler did: slascaler "
+        f"does not write replicas for {until - now:.0f} s more instead of fighting it; to let "
+        f"slascaler scale, drop `replicas` from what {writer} applies (as with an HPA), or "
+        "delete this InferenceSLA"
+    )
+    out.set("Conflict", Status.TRUE, "ReplicasOverwritten", out.replicas_frozen)
 
 
 def _data_problem(

@@ -29,6 +29,9 @@ class Reason(StrEnum):
     DROP_PENDING_PODS = "DropPendingPods"
     # Holds with a cause of their own (each is an Event when it starts).
     HOLD_CONFLICT = "HoldConflict"
+    HOLD_SCALED_TO_ZERO = "HoldScaledToZero"
+    HOLD_REPLICAS_OVERWRITTEN = "HoldReplicasOverwritten"
+    HOLD_FOREIGN_ROLLOUT = "HoldForeignRollout"
     HOLD_METRICS_UNAVAILABLE = "HoldMetricsUnavailable"
     HOLD_METRICS_STALE = "HoldMetricsStale"
     HOLD_METRICS_MISSING = "HoldMetricsMissing"

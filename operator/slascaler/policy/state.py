@@ -1,7 +1,8 @@
 """What the policy knows of the target Deployment now, and what it remembers between windows.
 
 `FleetState` is read from the live Deployment just before deciding (replicas, ready and
-unschedulable pods, the engine's current flags, another autoscaler targeting it).
+unschedulable pods, the engine's current flags, another autoscaler or an older InferenceSLA
+targeting it, someone else resetting its replicas, a rollout slascaler did not start).
 `PolicyMemory` is the policy's own record, carried from one decision to the next by the
 caller (persisted in the InferenceSLA's status so a restarted operator resumes it).
 
@@ -46,8 +47,16 @@ class FleetState:
     max_batch_size: int | None = None  # the engine's current max batch flag, if known
     chunk_size: int | None = None  # the engine's current chunk (token budget) flag, if known
     rollout_in_progress: bool = False  # a rolling update has not finished
-    other_autoscaler: str | None = None  # e.g. "HorizontalPodAutoscaler/llama" if one targets it
+    # e.g. "HorizontalPodAutoscaler/llama", "ScaledObject/llama", or "InferenceSLA/older-one"
+    # (the oldest InferenceSLA on a Deployment owns it; the others leave it alone)
+    other_autoscaler: str | None = None
     max_unavailable: int = 1  # pods a rolling update may take down (the Deployment's strategy)
+    # Someone else wrote spec.replicas after slascaler's last write: the field manager that
+    # owns it now (from the Deployment's managedFields).
+    replicas_overwritten_by: str | None = None
+    # A rollout is in progress that slascaler did not start (it changes more of the pod
+    # template than the engine flags slascaler writes): no template change may be stacked on it.
+    foreign_rollout: bool = False
 
     @property
     def starting_pods(self) -> int:
@@ -103,6 +112,12 @@ class PolicyMemory:
     forecast_error: float = 0.0
     startup_s: float | None = None
     startup_for: float | None = None  # the scale-up whose start-up `startup_s` measured
+    # Back-off after someone else overwrote spec.replicas: no replica write until `until`;
+    # `backoff_s` doubles each time the fight resumes; `seen_at` is when the overwrite it
+    # answers was seen: only one after a later replica write of slascaler's starts another.
+    replicas_backoff_until: float | None = None
+    replicas_backoff_s: float | None = None
+    replicas_overwrite_seen_at: float | None = None
 
     def recommending(self, now: float, replicas: int, window_s: float) -> PolicyMemory:
         """This memory with one more recommendation; those older than the window dropped.

@@ -92,6 +92,11 @@ class Tunables:
     # A fitted latency-vs-batch line is trusted only with this R² or better.
     min_fit_r_squared: float = 0.5
     batch_points_kept: int = 32
+    # -- others writing the Deployment --------------------------------------------------
+    # Someone else overwrote spec.replicas: no replica write for this long, doubled each time
+    # the fight resumes within twice the last period, up to the maximum (not fought).
+    replicas_backoff_s: float = 300.0
+    replicas_backoff_max_s: float = 3600.0
 
     # -- mechanisms (ablations) ------------------------------------------------------------
     use_latency_model: bool = True  # size from the learned latency curve (else proportional)
