@@ -389,7 +389,9 @@ def _replicas(
     wanted = proposal.replicas
     out.wanted = proposal.wanted
     target, limit = steps.bounds(ctx, wanted)
-    capped = limit is not None
+    # At the capacity limit: the fleet already runs all the replicas it may (the maximum, or
+    # what the GPUs hold) and the load wants more: only a knob can add capacity now.
+    capped = limit is not None and ctx.replicas >= spec.replicas.max
     if limit is not None:
         out.hold(limit)
     memory = steps.remember_gpu_limit(ctx, memory)

@@ -26,6 +26,10 @@ from slascaler.policy.tunables import Tunables
 from slascaler.spec import SLASpec
 
 
+SATURATED_WAITING_PER_POD = 2.0
+ASSUMED_CHUNK = 2048  # vLLM's token budget on smaller GPUs, the lowest of its defaults
+
+
 @dataclass(frozen=True)
 class WindowLoad:
     """One window's load, all pods together."""
@@ -113,9 +117,14 @@ def _steady(
 
 
 def _saturated(observation: Observation, load: WindowLoad) -> bool:
-    """Requests pile up although every replica is at work: they serve at capacity."""
-    growth = observation.recent_waiting_growth
-    return load.backlog / load.pods >= 2.0 and math.isfinite(growth) and growth > 0
+    """Requests pile up although every replica is at work: they serve at capacity (seen as
+    a backlog that grows, or, without the short window, one that stayed over the window)."""
+    growth, waiting = observation.recent_waiting_growth, observation.waiting
+    if load.backlog / load.pods < SATURATED_WAITING_PER_POD:
+        return False
+    if math.isfinite(growth):
+        return growth > 0
+    return math.isfinite(waiting) and waiting / load.pods >= SATURATED_WAITING_PER_POD
 
 
 def _capacity(
@@ -134,7 +143,9 @@ def _capacity(
         return measured if current is None else current + rate * (measured - current)
     prior = None
     itl, prefill = observation.itl, observation.prefill
-    if chunk is not None and itl is not None and itl.count > 0 and prefill is not None:
+    # Without the flag, a budget at the low end of engines' defaults: the capacity errs low.
+    chunk = chunk if chunk is not None else ASSUMED_CHUNK
+    if itl is not None and itl.count > 0 and prefill is not None:
         computed_prompt = load.tokens_per_request
         if _finite(observation.generation_token_rate) and load.requests_per_s > 0:
             computed_prompt -= observation.generation_token_rate / load.requests_per_s

@@ -91,6 +91,13 @@ def _sized(ctx: Context) -> tuple[int | None, str]:
                 "its objective)"
             )
         return ctx.replicas * 2, "requests are waiting and none was served: doubling"
+    waiting = ctx.observation.waiting
+    no_queue = math.isfinite(waiting) and waiting / max(1, ctx.replicas) < 0.5
+    if ctx.ttft_headroom() and ctx.itl_headroom() and no_queue and ctx.replicas > 1:
+        return ctx.replicas - 1, (
+            "no steady window measured yet: one fewer, TTFT and ITL have headroom and nothing "
+            "queues"
+        )
     return None, "no steady window measured yet"
 
 

@@ -13,8 +13,8 @@ changes) so far and returns it, possibly limited, with a `Limit` naming why:
 6. `stabilization` — scale down only to the highest count recommended over
    `scaleDownStabilization`, once that much history exists and that long after a scale-up,
    with no pod starting, at most half the replicas at a time;
-7. `knob_gate` — engine flags change (a rolling restart) only outside a rollout, after the
-   knob cooldown, and not while the fleet is still short of replicas that are coming; the
+7. `knob_gate` — engine flags change (a rolling restart) only outside a rollout, with no pod
+   starting, after the knob cooldown, and not while the fleet is still short of replicas; the
    rollout keeps its capacity: Pending pods are dropped first at GPU capacity (they would
    block it), and otherwise pods are added for the rollout (a surge of the Deployment's
    maxUnavailable) so that the pods it takes down are replaced beforehand.
@@ -226,6 +226,13 @@ def knob_gate(
         return KnobOutcome({}, replicas, None,
                            Limit(Reason.HOLD_ROLLOUT,
                                  f"a rollout is in progress: {names} change deferred"))  # fmt: skip
+    if fleet.starting_pods > 0:
+        # Pods of a scale-up are still loading: a rollout now would restart them, and they
+        # may yet turn out unschedulable (then the Pending pods are dropped for it).
+        return KnobOutcome({}, replicas, None,
+                           Limit(Reason.HOLD_PODS_STARTING,
+                                 f"{fleet.starting_pods} pods are still starting: {names} "
+                                 "change deferred"))  # fmt: skip
     last = memory.last_knob_change_at
     if last is not None and ctx.now - last < behavior.knob_cooldown_s:
         remaining = behavior.knob_cooldown_s - (ctx.now - last)
@@ -259,6 +266,12 @@ def knob_gate(
         ))  # fmt: skip
     surge = fleet.max_unavailable
     room = ctx.spec.replicas.max - replicas
+    if (
+        memory.gpu_limit is not None
+        and memory.gpu_limit_at is not None
+        and ctx.now - memory.gpu_limit_at < ctx.tunables.gpu_limit_memory_s
+    ):
+        room = min(room, memory.gpu_limit - replicas)  # no GPU for surge pods either
     if ctx.tunables.use_surge_for_rollouts and surge > 0 and room > 0:
         added = min(surge, room)
         return KnobOutcome(changes, replicas + added, Reason.SURGE_FOR_ROLLOUT, None,
