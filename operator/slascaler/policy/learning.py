@@ -25,7 +25,6 @@ from slascaler.policy.state import FleetState, PolicyMemory
 from slascaler.policy.tunables import Tunables
 from slascaler.spec import SLASpec
 
-
 SATURATED_WAITING_PER_POD = 2.0
 ASSUMED_CHUNK = 2048  # vLLM's token budget on smaller GPUs, the lowest of its defaults
 
