@@ -59,10 +59,11 @@ test: lint typecheck unit e2e
 demo: $(STAMP)
 	$(BIN)/slascaler demo --minutes 60 --plot out/demo.png
 
-## bench: the scenario × policy matrix (about 10 minutes on 2 cores) and the simulator's speed
+## bench: the simulator's speed, then every policy and ablation on every scenario, two seeds;
+## writes out/bench/ and regenerates docs/benchmark.md
 bench: $(STAMP)
 	$(BIN)/slascaler bench --speed
-	$(BIN)/slascaler bench --minutes 30 --seeds 1 --out out/bench
+	$(BIN)/slascaler bench --seeds 1,2 --ablations --out out/bench --doc docs/benchmark.md
 
 ## analyze: TTFT analysis of the bundled per-request samples
 analyze: $(STAMP)
