@@ -61,6 +61,11 @@ def test_defaults_render_cluster_wide_least_privilege(binaries: Path) -> None:
     assert rules[(("apps",), ("deployments/scale",))] == {"get", "patch"}
     assert rules[(("",), ("pods",))] == {"list"}
     assert rules[(("autoscaling",), ("horizontalpodautoscalers",))] == {"list"}
+    # Shared GPU pools: GPUPools listed, their status written, nodes and quotas read.
+    assert rules[(("slascaler.io",), ("gpupools",))] == {"list"}
+    assert rules[(("slascaler.io",), ("gpupools/status",))] == {"patch"}
+    assert rules[(("",), ("nodes",))] == {"list"}
+    assert rules[(("",), ("resourcequotas",))] == {"get"}
     assert all("*" not in verbs and "delete" not in verbs for verbs in rules.values())
     assert not any((k[0][0], k[1]) == ("", ("secrets",)) for k in rules)
     (binding,) = by_kind(docs, "ClusterRoleBinding")
@@ -103,7 +108,33 @@ def test_pod_is_hardened_and_env_carries_the_values(binaries: Path) -> None:
 
 def test_namespaced_install_uses_roles_and_peering_per_namespace(binaries: Path) -> None:
     docs = render(binaries, "-f", str(CHART / "ci" / "ha-namespaced-values.yaml"))
-    assert by_kind(docs, "ClusterRole") == [] and by_kind(docs, "ClusterRoleBinding") == []
+    # The only cluster-wide rules: GPU pools' (GPUPools and nodes are cluster-scoped).
+    (role,) = by_kind(docs, "ClusterRole")
+    assert role["metadata"]["name"] == "rel-slascaler-gpupools"
+    assert {(tuple(r["resources"]), tuple(r["verbs"])) for r in role["rules"]} == {
+        (("gpupools",), ("list",)),
+        (("gpupools/status",), ("patch",)),
+        (("nodes",), ("list",)),
+    }
+    (binding,) = by_kind(docs, "ClusterRoleBinding")
+    assert binding["roleRef"]["name"] == "rel-slascaler-gpupools"
+    for namespaced in by_kind(docs, "Role"):
+        assert {"resources": ["resourcequotas"], "apiGroups": [""], "verbs": ["get"]} in (
+            namespaced["rules"]
+        )
+    without = render(
+        binaries, "-f", str(CHART / "ci" / "ha-namespaced-values.yaml"),
+        "--set", "gpuPoolsEnabled=false",
+    )  # fmt: skip
+    assert by_kind(without, "ClusterRole") == [] and by_kind(without, "ClusterRoleBinding") == []
+    (env,) = [
+        e["value"]
+        for e in by_kind(without, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0][
+            "env"
+        ]
+        if e["name"] == "SLASCALER_GPU_POOLS"
+    ]
+    assert env == "false"
     assert sorted(r["metadata"]["namespace"] for r in by_kind(docs, "Role")) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == [
         "team-a",

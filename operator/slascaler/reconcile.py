@@ -8,7 +8,8 @@
    (`status.pendingAction`): the Deployment carries it → it is recorded as done, with its
    Event; it does not → it was never made, and the status says so.
 4. Observe the window (`MetricSource`) and decide (`policy.decide`, pure) with the memory
-   kept in the status.
+   kept in the status and, in a shared GPU pool, the grant of the pool's coordinator
+   (`pools.GrantSource`: at most the replicas the pool allows it now).
 5. Act, in mode Auto only, after re-validating the decision: it must keep every bound, and a
    fresh read of the Deployment must match the one decided on in everything the decision
    depends on (else hold, `HoldTargetChanged`). The action is announced in the status first
@@ -17,7 +18,9 @@
    killed in between restarts into step 3 instead of repeating or forgetting it. A refused
    write changes nothing and says why; a write whose outcome is unknown (no answer) stays
    pending and is settled by the next evaluation.
-6. Write the status and post Events (`status.choose_event`).
+6. Write the status and post Events (`status.choose_event`); the status keeps the bid the
+   pool's coordinator arbitrates with next (`status.bid`) and the grant applied
+   (`status.pool`).
 
 Called by the Kopf wiring and by the simulator's control loop (the same object, over the
 in-memory cluster); the clock is passed in.
@@ -45,15 +48,18 @@ from slascaler.metrics.source import MetricSource
 from slascaler.policy import Change, Condition, Decision, PolicyState, Reason, Tunables, decide
 from slascaler.policy.decide import DEFAULT_TUNABLES
 from slascaler.policy.decision import Status
+from slascaler.pools import GrantSource
 from slascaler.spec import Mode, SLASpec, SpecError, parse_spec
 from slascaler.status import (
     PendingAction,
+    bid_to_status,
     choose_event,
     engine_flags,
     memory_from_status,
     memory_to_status,
     merge_conditions,
     observed,
+    pool_to_status,
     recommendation,
     ttft_summary,
 )
@@ -107,6 +113,7 @@ class Reconciler:
         clock: Callable[[], float],
         dry_run: bool = False,
         tunables: Tunables = DEFAULT_TUNABLES,
+        pools: GrantSource | None = None,
     ) -> None:
         self.api = api
         self.source = source
@@ -114,6 +121,7 @@ class Reconciler:
         self.clock = clock
         self.dry_run = dry_run
         self.tunables = tunables
+        self.pools = pools  # shared GPU pools' grants; None: no pools
 
     # -- the pipeline -------------------------------------------------------------------
 
@@ -169,7 +177,9 @@ class Reconciler:
         observation = self.source.observe(namespace, spec, now)
         if observation.source_error is not None:
             self.telemetry.errors.labels("metrics").inc()
-        decision = decide(spec, observation, PolicyState(view.state, memory), now, self.tunables)
+        grant = self.pools.grant_for(sla) if self.pools is not None else None
+        state = PolicyState(view.state, memory, grant)
+        decision = decide(spec, observation, state, now, self.tunables)
         notes += observation.derived
 
         auto = spec.mode is Mode.AUTO and not self.dry_run
@@ -222,6 +232,8 @@ class Reconciler:
                 meta.get("generation", 0),
             ),
             "memory": memory_to_status(memory_out),
+            "bid": bid_to_status(decision, view.state.spec_replicas),
+            "pool": pool_to_status(grant),
         }
         if event is not None and outcome.acted:
             key = PendingAction.of(decision, stamp).key
@@ -340,6 +352,8 @@ class Reconciler:
             "observedGeneration": meta.get("generation"),
             "lastEvaluated": stamp,
             "regime": "Unknown",
+            "bid": None,  # nothing evaluated: nothing to arbitrate with
+            "pool": None,
             "conditions": merge_conditions(
                 previous.get("conditions"), conditions, stamp, meta.get("generation", 0)
             ),
