@@ -17,6 +17,10 @@ semantics, because the operator depends on them:
   prunes unknown fields and refuses values outside their type or `format` (422), as the API
   server does for a structural schema;
 - Events are created by name (`Conflict` when the name exists);
+- for shared GPU pools (`PoolAPI`): GPUPools (cluster-scoped, their status validated against
+  the GPUPool CRD's schema when given), InferenceSLAs listed with their labels, nodes with
+  allocatable GPUs, ResourceQuotas; a Deployment's pod template asks for its GPUs
+  (`nvidia.com/gpu`) when it was added with `gpus`;
 - faults can be injected per call (`fail`), to test what the operator does when a write is
   refused, times out, or the process dies between two writes.
 
@@ -34,7 +38,7 @@ from typing import Any
 
 from slascaler.engine_args import CommandLine, EngineArgsError, read_flag
 from slascaler.engines import ENGINES
-from slascaler.kube.api import GROUP, KIND, VERSION, DeploymentPatch, Json
+from slascaler.kube.api import GROUP, KIND, POOL_KIND, VERSION, DeploymentPatch, Json
 from slascaler.kube.errors import Conflict, KubeError, NotFound
 from slascaler.spec import Engine
 from slascaler_sim.engine import Phase
@@ -67,6 +71,7 @@ class SimDeployment:
     max_unavailable: int | str
     uid: str
     generation: int = 1
+    gpus: int | None = None  # nvidia.com/gpu one pod asks for; None: none in the template
     annotations: dict[str, str] = field(default_factory=dict)
     resource_version: int = 0
     fingerprint: str = ""
@@ -157,9 +162,17 @@ Fault = Callable[[], None]
 class SimCluster:
     """The objects of an in-memory cluster and the `KubeAPI` calls on them."""
 
-    def __init__(self, status_schema: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        status_schema: Mapping[str, Any] | None = None,
+        pool_status_schema: Mapping[str, Any] | None = None,
+    ) -> None:
         self.deployments: dict[tuple[str, str], SimDeployment] = {}
         self.inference_slas: dict[tuple[str, str], Json] = {}
+        self.gpu_pools: dict[str, Json] | None = {}  # None: the GPUPool CRD is not installed
+        self.nodes: list[Json] = []
+        self.resource_quotas: dict[tuple[str, str], Json] = {}
+        self.pool_status_schema = pool_status_schema
         self.hpas: dict[str, list[Json]] = {}
         self.scaled_objects: dict[str, list[Json]] | None = None  # None: KEDA not installed
         self.events: list[Json] = []
@@ -188,8 +201,10 @@ class SimCluster:
         args: tuple[str, ...] = (),
         command: tuple[str, ...] = (),
         container: str = "engine",
+        gpus: int | None = None,
     ) -> SimDeployment:
-        """A Deployment run by `fleet`; its engine flags are set from `args` on the fleet."""
+        """A Deployment run by `fleet`; its engine flags are set from `args` on the fleet;
+        with `gpus`, each pod asks for that many nvidia.com/gpu."""
         deployment = SimDeployment(
             namespace=namespace,
             name=name,
@@ -201,12 +216,19 @@ class SimCluster:
             max_surge=fleet.max_surge,
             max_unavailable=fleet.max_unavailable,
             uid=self._uid("Deployment", namespace, name),
+            gpus=gpus,
         )
         fleet.reconfigure(deployment.settings())
         self.deployments[(namespace, name)] = deployment
         return deployment
 
-    def add_inference_sla(self, namespace: str, name: str, spec: Mapping[str, Any]) -> Json:
+    def add_inference_sla(
+        self,
+        namespace: str,
+        name: str,
+        spec: Mapping[str, Any],
+        labels: Mapping[str, str] | None = None,
+    ) -> Json:
         sla: Json = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": KIND,
@@ -216,11 +238,51 @@ class SimCluster:
                 "uid": self._uid(KIND, namespace, name),
                 "generation": 1,
                 "resourceVersion": str(self._next_version()),
+                "labels": dict(labels or {}),
             },
             "spec": copy.deepcopy(dict(spec)),
         }
         self.inference_slas[(namespace, name)] = sla
         return copy.deepcopy(sla)
+
+    def add_gpu_pool(self, name: str, spec: Mapping[str, Any]) -> Json:
+        """A GPUPool (cluster-scoped), as `kubectl apply` would create it."""
+        if self.gpu_pools is None:
+            raise RuntimeError("the GPUPool CRD is not installed in this cluster")
+        pool: Json = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": POOL_KIND,
+            "metadata": {
+                "name": name,
+                "uid": self._uid(POOL_KIND, "", name),
+                "generation": 1,
+                "resourceVersion": str(self._next_version()),
+            },
+            "spec": copy.deepcopy(dict(spec)),
+        }
+        self.gpu_pools[name] = pool
+        return copy.deepcopy(pool)
+
+    def add_node(self, name: str, gpus: int, labels: Mapping[str, str] | None = None,
+                 ready: bool = True, unschedulable: bool = False) -> Json:  # fmt: skip
+        node: Json = {
+            "metadata": {"name": name, "labels": dict(labels or {})},
+            "spec": {"unschedulable": True} if unschedulable else {},
+            "status": {
+                "allocatable": {"nvidia.com/gpu": str(gpus)},
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            },
+        }
+        self.nodes.append(node)
+        return copy.deepcopy(node)
+
+    def add_resource_quota(self, namespace: str, name: str, hard: Mapping[str, str]) -> Json:
+        quota: Json = {
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"hard": dict(hard)},
+        }
+        self.resource_quotas[(namespace, name)] = quota
+        return copy.deepcopy(quota)
 
     def fail(self, method: str, fault: Fault, times: int = 1) -> None:
         """Run `fault` (which raises) at the next `times` calls of `method`."""
@@ -252,6 +314,8 @@ class SimCluster:
             container["command"] = list(d.command_line.command)
         if d.command_line.args:
             container["args"] = list(d.command_line.args)
+        if d.gpus is not None:
+            container["resources"] = {"limits": {"nvidia.com/gpu": str(d.gpus)}}
         spec: Json = {
             "replicas": fleet.desired,
             "selector": {"matchLabels": dict(d.labels)},
@@ -442,3 +506,49 @@ class SimCluster:
         ):
             raise Conflict(f'events "{name}" already exists')
         self.events.append(copy.deepcopy(event))
+
+    # -- PoolAPI ----------------------------------------------------------------------
+
+    def list_gpu_pools(self) -> list[Json]:
+        self._call("list_gpu_pools", "")
+        if self.gpu_pools is None:
+            raise NotFound("the server could not find the requested resource (gpupools)")
+        return [copy.deepcopy(p) for p in self.gpu_pools.values()]
+
+    def patch_gpu_pool_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self._call("patch_gpu_pool_status", "", name)
+        pool = (self.gpu_pools or {}).get(name)
+        if pool is None:
+            raise NotFound(f'gpupools.{GROUP} "{name}" not found')
+        merged = copy.deepcopy(pool.get("status") or {})
+        _merge(merged, status)
+        if self.pool_status_schema is not None:
+            try:
+                merged = prune_and_validate(merged, self.pool_status_schema, "status")
+            except SchemaError as error:
+                raise KubeError(422, f'GPUPool "{name}" is invalid: {error}') from None
+        pool["status"] = merged
+        pool["metadata"]["resourceVersion"] = str(self._next_version())
+
+    def list_inference_slas(self, namespace: str | None) -> list[Json]:
+        self._call("list_inference_slas", namespace or "")
+        return [
+            copy.deepcopy(sla)
+            for (ns, _), sla in sorted(self.inference_slas.items())
+            if namespace is None or ns == namespace
+        ]
+
+    def list_nodes(self, label_selector: str) -> list[Json]:
+        self._call("list_nodes", "")
+        return [
+            copy.deepcopy(n)
+            for n in self.nodes
+            if _selects(label_selector, n["metadata"].get("labels") or {})
+        ]
+
+    def get_resource_quota(self, namespace: str, name: str) -> Json:
+        self._call("get_resource_quota", namespace, name)
+        try:
+            return copy.deepcopy(self.resource_quotas[(namespace, name)])
+        except KeyError:
+            raise NotFound(f'resourcequotas "{name}" not found') from None

@@ -27,6 +27,7 @@ from slascaler.engines import ENGINES
 from slascaler.model.regime import Regime
 from slascaler.policy import Tunables
 from slascaler.policy.decide import DEFAULT_TUNABLES
+from slascaler.pools import GrantSource
 from slascaler.reconcile import Evaluation, Reconciler
 from slascaler.spec import Engine
 from slascaler.telemetry import Telemetry
@@ -78,6 +79,8 @@ class OperatorController:
     period_s: float = 15.0
     name: str = "slascaler"
     tunables: Tunables = DEFAULT_TUNABLES
+    labels: Mapping[str, str] = field(default_factory=dict)  # the InferenceSLA's labels
+    pools: GrantSource | None = None  # a shared GPU pool's coordinator, if any
     last: Evaluation | None = None
     evaluations: int = 0
     _reconciler: Reconciler | None = field(default=None, repr=False)
@@ -86,7 +89,7 @@ class OperatorController:
     def bind(self, cluster: SimCluster, deployment: SimDeployment) -> None:
         spec = {**self.spec, "targetRef": {**self.spec.get("targetRef", {}),
                                            "name": deployment.name}}  # fmt: skip
-        cluster.add_inference_sla(deployment.namespace, deployment.name, spec)
+        cluster.add_inference_sla(deployment.namespace, deployment.name, spec, self.labels)
         fleet = deployment.fleet
         self._cluster = cluster
         self._reconciler = Reconciler(
@@ -95,6 +98,7 @@ class OperatorController:
             Telemetry(),
             clock=lambda: fleet.now,
             tunables=self.tunables,
+            pools=self.pools,
         )
         self._key = (deployment.namespace, deployment.name)
 

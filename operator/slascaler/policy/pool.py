@@ -9,12 +9,13 @@ replicas one at a time, in this order:
 1. every member's `replicas.min`, by priority (a limit below the sum of the minimums grants
    the minimums by priority and says which do not fit: no member ever goes below its min);
 2. **needs**: replicas up to what each member's load calls for, by priority, then by the
-   largest predicted gain (the share of its TTFT objective the replica takes off), then to
-   whoever has been granted fewer. Replicas a member *took* from others stay in this tier
-   at its priority while its own stabilization still keeps them (`protected_up_to`): a
-   replica taken is not given back within the stabilization window unless the taker's load
-   fell for that whole window, so two members of one priority never trade a replica back
-   and forth on noise in their gains;
+   largest predicted gain (the share of its TTFT objective the replica takes off; a replica
+   without which the fleet is saturated first), then to whoever has been granted fewer.
+   Replicas a member *took* from others stay in this tier at its priority, ahead of any
+   finite gain, while its own stabilization still keeps them (`protected_up_to`): a replica
+   taken is not given back within the stabilization window unless the taker's load fell
+   for that whole window, so two members of one priority never trade a replica back and
+   forth on noise in their gains;
 3. **spare headroom**: replicas beyond a member's need that its stabilization still keeps,
    by priority. Spare replicas come after every need, so a member short of GPUs takes
    them first from members with spare headroom, then from lower-priority ones.
@@ -148,16 +149,23 @@ class Arbitration:
 # -- the greedy allocation ------------------------------------------------------------------
 
 
+PROTECTED_GAIN = 1e9  # a taken replica ranks after replicas that make a fleet stable at all
+
+
 def _claim_key(member: Member, replica: int, granted: int) -> tuple[float, ...]:
-    """The order of the claim on `member`'s `replica`-th replica (smaller goes first)."""
-    need = replica <= member.need
-    protected = replica <= member.protected
-    if need or protected:
-        if protected and not need:
-            return (0, -member.priority, 0, 0.0, granted)
+    """The order of the claim on `member`'s `replica`-th replica (smaller goes first).
+
+    Needs (and replicas it took, while its own rules keep them) come before spare headroom;
+    within them, priority, then the predicted gain: a replica without which a fleet is
+    saturated first (infinite gain), then a taken one, then the others by their gain.
+    """
+    protected = member.protected_up_to is not None and replica <= member.protected
+    if replica <= member.need or protected:
         gain = member.worth.gain(replica) if member.worth is not None else 0.0
-        return (0, -member.priority, 1, -gain, granted)
-    return (1, -member.priority, 1, 0.0, granted)
+        if protected:
+            gain = max(gain, PROTECTED_GAIN)
+        return (0, -member.priority, -gain, granted)
+    return (1, -member.priority, 0.0, granted)
 
 
 def _allocate(members: Sequence[Member], budget: int) -> tuple[dict[str, int], tuple[str, ...]]:
@@ -310,6 +318,7 @@ def _message(
     takers: Sequence[Member],
     holders: Sequence[Member],
     limit: int,
+    blockers: Sequence[tuple[Member, int]] = (),
 ) -> str:
     parts = []
     if share < member.need:
@@ -326,6 +335,12 @@ def _message(
     if allowed < share:
         waiting = ", ".join(h.key for h in holders) or "other members"
         parts.append(f"{share - allowed} more once {waiting} release their GPUs")
+    if share < member.need:
+        for other, extra in blockers:
+            parts.append(
+                f"{other.key} ({other.why_not_acting or 'does not follow grants'}) runs "
+                f"{extra} replicas more than the pool would grant it: they count as they run"
+            )
     return "; ".join(parts)
 
 
@@ -356,6 +371,7 @@ def arbitrate(
     protected: dict[str, int | None] = {}
     holders = [h for h in acting if shares[h.key] < h.replicas or (h.issued or 0) > h.replicas]
     holders += [f for f in fixed if would[f.key] < f.replicas]
+    blockers = [(f, f.replicas - would[f.key]) for f in fixed if would[f.key] < f.replicas]
     for member in acting:
         share = shares[member.key]
         takers = _takers(member, acting, shares)
@@ -369,14 +385,18 @@ def arbitrate(
             preemption=_preemption(member, takers, share) if preempted else None,
             message=_message(
                 member, share, allowed[member.key], takers,
-                [h for h in holders if h.key != member.key], limit,
+                [h for h in holders if h.key != member.key], limit, blockers,
             ),
         )  # fmt: skip
+        # What it took stays protected while its own rules keep it; the record only shrinks
+        # (to what those rules keep) until a new take.
         took = any(mv.taker == member.key and mv.preempted for mv in moves)
-        kept = member.protected if member.protected_up_to is not None else None
+        kept = None
+        if member.protected_up_to is not None:
+            kept = min(member.protected_up_to, member.keep)
         if took:
             kept = max(kept or 0, share)
-        protected[member.key] = kept if kept is not None and kept > member.need else None
+        protected[member.key] = kept if kept is not None and kept > member.min_replicas else None
     for member in fixed:
         share = would[member.key]
         takers = _takers(member, budgeted, would)
