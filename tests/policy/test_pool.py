@@ -70,19 +70,32 @@ def test_a_higher_priority_takes_from_a_lower_one_and_grows_as_it_frees_gpus() -
     assert second.grants["a/high"].allowed == 6 and second.moves == ()
 
 
-def test_spare_headroom_goes_before_a_lower_priority_need() -> None:
-    high = member("a/high", 10, replicas=2, wanted=4)
-    spare = member("b/spare", 5, replicas=4, wanted=2, held=4)  # stabilization keeps 4
+def test_a_short_member_takes_spare_headroom_before_a_lower_priority_need() -> None:
+    high = member("a/high", 10, replicas=2, wanted=5)
+    spare = member("b/spare", 10, replicas=4, wanted=2, held=4)  # stabilization keeps 4
     low = member("c/low", 0, replicas=2, wanted=2)
     outcome = arbitrate("pool", 8, [high, spare, low])
     assert {k: g.granted for k, g in outcome.grants.items()} == {
-        "a/high": 4, "b/spare": 2, "c/low": 2,
+        "a/high": 5, "b/spare": 2, "c/low": 1,
     }  # fmt: skip
     assert outcome.grants["b/spare"].preemption is Preemption.SPARE_HEADROOM
-    assert outcome.grants["c/low"].preemption is None
+    assert outcome.grants["c/low"].preemption is Preemption.BY_HIGHER_PRIORITY
     # Without anyone short, spare headroom stays where it is.
     calm = arbitrate("pool", 8, [replace(high, wanted=2), spare, low])
     assert calm.grants["b/spare"].granted == 4 and calm.grants["b/spare"].preemption is None
+
+
+def test_spare_headroom_is_never_lent_to_a_lower_priority() -> None:
+    # chat's stabilization keeps a third replica; batch (lower) needs more than the pool has.
+    chat = member("a/chat", 30, replicas=3, wanted=2, held=3)
+    batch = member("b/batch", 10, replicas=5, wanted=9)
+    outcome = arbitrate("pool", 8, [chat, batch])
+    assert outcome.grants["a/chat"].granted == 3 and outcome.grants["b/batch"].granted == 5
+    assert outcome.moves == ()
+    # A member of its own priority does take it (and a higher one would).
+    peer = replace(batch, priority=30)
+    shared = arbitrate("pool", 8, [chat, peer])
+    assert shared.grants["a/chat"].granted == 2 and shared.grants["b/batch"].granted == 6
 
 
 def test_minimums_over_the_limit_are_granted_by_priority_and_named() -> None:
@@ -113,20 +126,20 @@ def test_equal_priorities_share_by_predicted_gain() -> None:
 
 
 def test_a_taken_replica_stays_while_the_takers_stabilization_keeps_it() -> None:
-    # The high one took up to 6; its load fell (wants 2) but its stabilization keeps 6.
-    high = member("a/high", 10, replicas=6, wanted=2, held=6)
-    low = member("b/low", 0, replicas=2, wanted=6)
-    unprotected = arbitrate("pool", 8, [high, low])
-    assert unprotected.grants["a/high"].granted == 2  # spare: the low one's need comes first
-    protected = arbitrate("pool", 8, [replace(high, protected_up_to=6), low])
-    assert protected.grants["a/high"].granted == 6 and protected.grants["b/low"].granted == 2
-    # After its window its own rules release them: the low one gets them back.
-    released = arbitrate("pool", 8, [replace(high, held=2, protected_up_to=6), low],
-                         {"a/high": 6, "b/low": 2})  # fmt: skip
-    assert released.grants["b/low"].granted == 6
+    # a took up to 6 from b (same priority); its load fell (wants 2), its stabilization keeps 6.
+    a = member("a/a", 5, replicas=6, wanted=2, held=6)
+    b = member("b/b", 5, replicas=2, wanted=6)
+    unprotected = arbitrate("pool", 8, [a, b])
+    assert unprotected.grants["a/a"].granted == 2  # spare: b's need comes first
+    protected = arbitrate("pool", 8, [replace(a, protected_up_to=6), b])
+    assert protected.grants["a/a"].granted == 6 and protected.grants["b/b"].granted == 2
+    # After its window its own rules release them: b gets them back.
+    released = arbitrate("pool", 8, [replace(a, held=2, protected_up_to=6), b],
+                         {"a/a": 6, "b/b": 2})  # fmt: skip
+    assert released.grants["b/b"].granted == 6
     [move] = released.moves
-    assert (move.giver, move.taker, move.preempted) == ("a/high", "b/low", False)
-    assert (released.protected_up_to["a/high"] or 0) <= 2  # no longer above its need
+    assert (move.giver, move.taker, move.preempted) == ("a/a", "b/b", False)
+    assert (released.protected_up_to["a/a"] or 0) <= 2  # no longer above its need
 
 
 def test_equal_priorities_do_not_trade_a_taken_replica_back_on_noise() -> None:
@@ -228,7 +241,7 @@ def test_grants_keep_the_budget_the_minimums_and_the_priorities(
     fixed_gpus = sum(m.replicas * m.gpus_per_replica for m in members if not m.acting)
     grants = {m.key: outcome.grants[m.key] for m in acting}
     for m in acting:
-        assert m.min_replicas <= grants[m.key].granted <= max(m.min_replicas, m.keep)
+        assert m.min_replicas <= grants[m.key].granted <= max(m.min_replicas, m.claim_limit)
         assert grants[m.key].allowed <= grants[m.key].granted
     spent = fixed_gpus + sum(grants[m.key].granted * m.gpus_per_replica for m in acting)
     minimums = fixed_gpus + sum(m.min_replicas * m.gpus_per_replica for m in acting)
@@ -249,6 +262,17 @@ def test_grants_keep_the_budget_the_minimums_and_the_priorities(
         assert beyond_min + leftover < high.gpus_per_replica, (
             f"{high.key} (priority {high.priority}) is short while lower priorities hold "
             f"{beyond_min} GPUs beyond their minimums and {leftover} are free"
+        )
+    for short in acting:
+        if grants[short.key].granted >= short.need:
+            continue
+        spare = sum(
+            max(0, grants[o.key].granted - max(o.protected, o.min_replicas)) * o.gpus_per_replica
+            for o in acting
+            if o.key != short.key and o.priority <= short.priority
+        )
+        assert spare + leftover < short.gpus_per_replica, (
+            f"{short.key} is short while {spare} GPUs of spare headroom are granted"
         )
     # Growth only into what is free now (counting what was allowed before as in use).
     reserve = sum(max(m.replicas, m.issued or 0) * m.gpus_per_replica for m in acting)

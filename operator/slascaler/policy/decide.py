@@ -356,7 +356,10 @@ def _replicas(
         else:
             out.hold(limit)
     need = spec.replicas.clamp(proposal.wanted) if proposal.wanted is not None else None
-    out.held = max(target, need) if need is not None else target
+    # What its own rules keep: the highest count recommended over the stabilization window
+    # (a shared GPU pool protects what this SLA took while it is that high).
+    recent = max((r.replicas for r in memory.recommendations), default=target)
+    out.held = spec.replicas.clamp(max(target, recent, need if need is not None else target))
     before = target
     target = _budget(out, target, need)
     capped = capped or target < before or (need is not None and need > target)

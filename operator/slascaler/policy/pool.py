@@ -68,7 +68,7 @@ class Member:
     max_replicas: int
     replicas: int  # the Deployment's spec.replicas now
     wanted: int | None = None  # what its load calls for; None: no bid (held where it is)
-    held: int | None = None  # what its own rules keep (≥ wanted); None: as wanted
+    held: int | None = None  # highest count its rules recommended over its window (≥ wanted)
     worth: ReplicaWorth | None = None
     acting: bool = True  # False: it does not follow a grant (see the module docstring)
     why_not_acting: str = ""
@@ -90,11 +90,22 @@ class Member:
         return max(self.need, min(held, self.bounded(self.replicas)))
 
     @property
+    def held_bounded(self) -> int:
+        return self.need if self.held is None else max(self.need, self.bounded(self.held))
+
+    @property
     def protected(self) -> int:
-        """Up to which count its replicas are protected as needs (taken, still kept)."""
+        """Up to which count its replicas are protected as needs: those it took, while its
+        own rules still want them (`held`: the highest count recommended over its
+        stabilization window), even before its new pods run."""
         if self.protected_up_to is None:
             return self.need
-        return max(self.need, min(self.keep, self.protected_up_to))
+        return max(self.need, min(self.held_bounded, self.protected_up_to))
+
+    @property
+    def claim_limit(self) -> int:
+        """The most replicas it claims: what it keeps, or what it took and still wants."""
+        return max(self.keep, self.protected)
 
 
 @dataclass(frozen=True)
@@ -168,13 +179,16 @@ def _claim_key(member: Member, replica: int, granted: int) -> tuple[float, ...]:
     return (1, -member.priority, 0.0, granted)
 
 
-def _allocate(members: Sequence[Member], budget: int) -> tuple[dict[str, int], tuple[str, ...]]:
-    """Shares for `members` within `budget` GPUs; and the members whose min did not fit."""
-    shares = {m.key: m.min_replicas for m in members}
+def _greedy(
+    members: Sequence[Member], budget: int, start: Mapping[str, int] | None = None
+) -> tuple[dict[str, int], tuple[str, ...]]:
+    """Shares for `members` within `budget` GPUs in claim order (from their minimums, or from
+    `start`); the members whose min did not fit (lowest priority first)."""
+    shares = dict(start) if start is not None else {m.key: m.min_replicas for m in members}
     remaining = budget
     unfunded: list[str] = []
     for member in sorted(members, key=lambda m: (-m.priority, m.key)):
-        cost = member.min_replicas * member.gpus_per_replica
+        cost = shares[member.key] * member.gpus_per_replica
         if cost > remaining:
             unfunded.append(member.key)
         remaining -= cost
@@ -185,7 +199,7 @@ def _allocate(members: Sequence[Member], budget: int) -> tuple[dict[str, int], t
 
     def offer(member: Member) -> None:
         replica = shares[member.key] + 1
-        if replica <= member.keep:
+        if replica <= member.claim_limit:
             key = _claim_key(member, replica, shares[member.key] - member.min_replicas)
             heapq.heappush(heap, (key, member.key))
 
@@ -199,6 +213,49 @@ def _allocate(members: Sequence[Member], budget: int) -> tuple[dict[str, int], t
         shares[key] += 1
         remaining -= member.gpus_per_replica
         offer(member)
+    return shares, ()
+
+
+def _allocate(members: Sequence[Member], budget: int) -> tuple[dict[str, int], tuple[str, ...]]:
+    """Shares in claim order, then spare headroom kept from members of lower priority.
+
+    In claim order every need comes before any spare headroom, so a member short of GPUs
+    takes spare headroom first. But a member's spare headroom (what its stabilization still
+    keeps) is insurance for its own load coming back: lending it to a member of lower
+    priority would only have it taken back, a pod start-up later. So each member keeps the
+    share it would get if only members of its priority or higher competed, the difference
+    taken from members of lower priority (the lowest first, never below their min).
+    """
+    shares, unfunded = _greedy(members, budget)
+    if unfunded:
+        return shares, unfunded
+    levels = sorted({m.priority for m in members}, reverse=True)
+    for level in levels[:-1]:
+        upper = [m for m in members if m.priority >= level]
+        lower = [m for m in members if m.priority < level]
+        reserved = sum(m.min_replicas * m.gpus_per_replica for m in lower)
+        alone, _ = _greedy(upper, budget - reserved)
+        for member in (m for m in upper if m.priority == level):
+            missing = alone[member.key] - shares[member.key]
+            givers = sorted(lower, key=lambda m: (m.priority, m.key))
+            available = sum((shares[g.key] - g.min_replicas) * g.gpus_per_replica for g in givers)
+            restore = min(missing, available // max(1, member.gpus_per_replica))
+            if restore <= 0:
+                continue
+            owed = restore * member.gpus_per_replica
+            for giver in givers:
+                taken = 0
+                while owed > 0 and shares[giver.key] > giver.min_replicas:
+                    shares[giver.key] -= 1
+                    owed -= giver.gpus_per_replica
+                    taken += 1
+                if owed < 0:  # took more than owed: give back the whole replicas it can
+                    back = min(taken, -owed // giver.gpus_per_replica)
+                    shares[giver.key] += back
+                    owed += back * giver.gpus_per_replica
+            shares[member.key] += restore
+    # GPUs left over by whole replicas of different sizes go to the claims that fit them.
+    shares, _ = _greedy(members, budget, shares)
     return shares, ()
 
 
@@ -393,7 +450,7 @@ def arbitrate(
         took = any(mv.taker == member.key and mv.preempted for mv in moves)
         kept = None
         if member.protected_up_to is not None:
-            kept = min(member.protected_up_to, member.keep)
+            kept = min(member.protected_up_to, member.held_bounded)
         if took:
             kept = max(kept or 0, share)
         protected[member.key] = kept if kept is not None and kept > member.min_replicas else None
