@@ -75,7 +75,9 @@ class SharedGPUs:
     def refill(self) -> None:
         """Start Pending replicas on freed GPUs, the fleet Pending the longest first."""
         waiting = [f for f in self.fleets if f.unschedulable > 0]
-        for fleet in sorted(waiting, key=lambda f: f.pending_since or f.now):
+        for fleet in sorted(
+            waiting, key=lambda f: f.now if f.pending_since is None else f.pending_since
+        ):
             fleet.fill()
 
 

@@ -217,7 +217,8 @@ def run_arrangement(scenario: PoolScenario, arrangement: str, seed: int) -> Pool
             timelines[index].append(
                 Sample(now, fleet.gpus_in_use, fleet.ready_replicas, fleet.desired, "")
             )
-            gpu_seconds[index] += fleet.gpus_in_use * TICK_S
+            if now < scenario.duration_s:  # the tick's GPUs held until the next one
+                gpu_seconds[index] += fleet.gpus_in_use * TICK_S
         joint.append((now, tuple(f.desired for f in fleets)))
         now += TICK_S
     outcomes = []

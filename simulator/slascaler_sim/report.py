@@ -423,7 +423,7 @@ def pool_section(
             f"GPUs for {scenario.duration_s / 60:.0f} minutes ({models}). Priority-weighted "
             "attainment = Σ priority × attainment / Σ priority; GPU utilisation = GPU-hours "
             "held by the models' pods / (GPUs × hours); pool moves = moves of GPUs between "
-            "members by the arbitration (an Event on both sides of each).\n",
+            "members the arbitration made, per run (each an Event on both InferenceSLAs).\n",
             pool_table(outcomes),
             f"The high-priority SLA ({top.name}) with the pool vs slascaler per SLA without "
             f"it, at equal GPUs: {verdict}.\n",
