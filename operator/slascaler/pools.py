@@ -10,7 +10,8 @@ interval, and by the simulator's control loop once per cycle):
    `requests.<resource>`), and builds its members: the Deployment's replicas and the GPUs
    one of its pods asks for, the SLA's priority, bounds and mode, the bid its last
    evaluation kept in its status (`status.bid`: what its load calls for, what its own
-   rules keep, what a replica is worth), and the previous arbitration from the pool's own
+   rules keep, what a replica is worth), its pods that hold GPUs (terminating ones too:
+   their GPUs are not free yet), and the previous arbitration from the pool's own
    status (its memory: a restarted or failed-over operator resumes it);
 3. arbitrates (`policy.pool.arbitrate`, pure), writes the pool's status, then posts an
    Event on both InferenceSLAs of every move (PreemptedByPool or ReturnedToPool on the one
@@ -75,6 +76,19 @@ def _condition(sla: Mapping[str, Any], kind: str) -> str | None:
             status = item.get("status")
             return status if isinstance(status, str) else None
     return None
+
+
+def _holds(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod holds its GPUs: scheduled and not finished (terminating ones included)."""
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return False
+    if status.get("phase") == "Running" or (pod.get("spec") or {}).get("nodeName"):
+        return True
+    return any(
+        c.get("type") == "PodScheduled" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
 
 
 def _key(sla: Mapping[str, Any]) -> str:
@@ -273,12 +287,14 @@ class PoolCoordinator:
             if spec is not None
             else (((sla.get("spec") or {}).get("targetRef") or {}).get("name"))
         )
-        replicas, gpus = 0, 0
+        replicas, gpus, holding = 0, 0, 0
         if isinstance(target, str) and target:
             try:
                 deployment = self.api.get_deployment(namespace, target)
                 replicas = int((deployment.get("spec") or {}).get("replicas", 1))
                 gpus = gpus_per_replica(deployment, pool.resource)
+                selector = label_selector((deployment.get("spec") or {}).get("selector") or {})
+                holding = sum(1 for pod in self.api.list_pods(namespace, selector) if _holds(pod))
             except NotFound:
                 pass
             except KubeError as error:
@@ -307,6 +323,7 @@ class PoolCoordinator:
             acting=not why,
             why_not_acting=why,
             issued=getattr(before, "allowed", None),
+            holding=holding,
             protected_up_to=getattr(before, "protected_up_to", None),
         )
         met = _condition(sla, "SLAMet")

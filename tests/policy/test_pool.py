@@ -194,6 +194,14 @@ def test_growth_counts_what_the_previous_arbitration_allowed_as_in_use() -> None
     assert outcome.grants["a/a"].granted == 6 and outcome.grants["a/a"].allowed == 4
 
 
+def test_growth_waits_for_the_givers_terminating_pods() -> None:
+    # b scaled 5→1 but 3 of its pods are still terminating: their GPUs are not free yet.
+    a = member("a/a", 5, replicas=2, wanted=6)
+    b = member("b/b", 0, replicas=1, wanted=1, holding=4)
+    outcome = arbitrate("pool", 8, [a, b])
+    assert outcome.grants["a/a"].granted == 6 and outcome.grants["a/a"].allowed == 4
+
+
 # -- properties ------------------------------------------------------------------------------
 
 
@@ -224,6 +232,7 @@ def pools(draw: st.DrawFn) -> tuple[int, list[Member]]:
                 worth=worth,
                 acting=draw(st.integers(0, 5)) > 0,
                 issued=draw(st.one_of(st.none(), st.integers(0, high))),
+                holding=draw(st.one_of(st.none(), st.integers(0, high + 2))),
                 protected_up_to=draw(st.one_of(st.none(), st.integers(1, high))),
             )
         )
@@ -275,12 +284,14 @@ def test_grants_keep_the_budget_the_minimums_and_the_priorities(
             f"{short.key} is short while {spare} GPUs of spare headroom are granted"
         )
     # Growth only into what is free now (counting what was allowed before as in use).
-    reserve = sum(max(m.replicas, m.issued or 0) * m.gpus_per_replica for m in acting)
-    grown = sum(
-        max(0, grants[m.key].allowed - max(m.replicas, m.issued or 0)) * m.gpus_per_replica
-        for m in acting
-    )
-    assert grown <= max(0, limit - fixed_gpus - reserve)
+    def held(m: Member) -> int:  # what it may hold now: replicas, allowed before, pods
+        return max(m.replicas, m.issued or 0, m.holding or 0)
+
+    reserve = sum(held(m) * m.gpus_per_replica for m in acting)
+    fixed_held = sum(max(m.replicas, m.holding or 0) * m.gpus_per_replica
+                     for m in members if not m.acting)  # fmt: skip
+    grown = sum(max(0, grants[m.key].allowed - held(m)) * m.gpus_per_replica for m in acting)
+    assert grown <= max(0, limit - fixed_held - reserve)
 
 
 @PROPERTY_SETTINGS

@@ -29,8 +29,10 @@ the budget.
 A grant has two numbers: `granted`, the member's share, and `allowed`, what it may run now.
 A share shrinks at once (the member scales down: it is preempted); it grows only into GPUs
 that are free now, counting as in use every GPU the previous arbitration allowed and that
-may still be taken (`issued`): so a taker waits until its giver's replicas are gone, and
-the pool never asks for more GPUs than its limit, whatever order the members act in.
+may still be taken (`issued`) and every GPU a pod still holds (`holding`: a terminating pod
+holds its GPUs until it is gone): so a taker waits until its giver's pods are gone, and the
+pool never asks for more GPUs than its limit, whatever order the members act in (its pods
+never go Pending for GPUs another member is still giving up).
 
 `moves` pairs the members whose share fell with those whose share rose since the previous
 arbitration, for the Events on both sides. Pure: called by the operator's pool coordinator
@@ -73,6 +75,7 @@ class Member:
     acting: bool = True  # False: it does not follow a grant (see the module docstring)
     why_not_acting: str = ""
     issued: int | None = None  # `allowed` of the previous arbitration
+    holding: int | None = None  # pods that hold GPUs now (scheduled, terminating included)
     protected_up_to: int | None = None  # replicas it took, kept while its rules keep them
 
     def bounded(self, value: int) -> int:
@@ -267,9 +270,9 @@ def _admit(
 ) -> dict[str, int]:
     """What each acting member may run now: its share when it shrinks; when it grows, what
     it already holds or was allowed, plus what is free now, by the order of the claims."""
-    reserve = {m.key: max(m.replicas, m.issued or 0) for m in members}
+    reserve = {m.key: max(m.replicas, m.issued or 0, m.holding or 0) for m in members}
     free = limit - sum(reserve[m.key] * m.gpus_per_replica for m in members)
-    free -= sum(m.replicas * m.gpus_per_replica for m in fixed)
+    free -= sum(max(m.replicas, m.holding or 0) * m.gpus_per_replica for m in fixed)
     allowed: dict[str, int] = {}
     growing = []
     for member in members:
