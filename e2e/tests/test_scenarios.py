@@ -422,6 +422,10 @@ def test_11_gpu_pool_lends_gpus_to_the_higher_priority_and_gets_them_back(
             taken_at = time.monotonic()
             listed = kube.kubectl("get", "gpupool", name).stdout
             assert "/8" in listed and "SLAS" in listed.splitlines()[0]
+            wide = kube.kubectl("get", "inferenceslas", "-n", namespace, "-o", "wide").stdout
+            assert "POOL" in wide.splitlines()[0] and name in wide
+            print(f"\n$ kubectl get gpupool {name}\n{listed}$ kubectl get inferenceslas -o wide"
+                  f"\n{wide}")  # fmt: skip
 
             # chat's load falls: it keeps what it took for its 15 s window, then gives it back.
             chat.set_load(Load(0.0))

@@ -56,9 +56,10 @@ class Decision:
     calls for before the limits (rate, GPUs, starting pods, stabilization, bounds).
     `memory_if_applied` is the memory to carry forward once the changes are made;
     `memory_if_held` the one to carry when they are not (Recommend mode, a failed write).
-    For a shared GPU pool (`policy.pool`): `held_replicas` is what the SLA's own rules keep
-    (at least `wanted_replicas`: scale-down waits for stabilization), and `worth` what a
-    replica more or less is worth (the TTFT the latency model predicts for the load).
+    For a shared GPU pool (`policy.pool`): `held_replicas` is the highest count recommended
+    over the scale-down stabilization window (at least `wanted_replicas`: what the SLA's own
+    rules keep), and `worth` what a replica more or less is worth (the TTFT the latency
+    model predicts for the load).
     """
 
     regime: Regime
@@ -74,7 +75,7 @@ class Decision:
     analysis: RegimeAnalysis | None = None
     wanted_replicas: int | None = None
     sustainable_rate: float | None = None  # requests/s one replica serves within the SLA
-    held_replicas: int | None = None  # what its own rules keep (≥ wanted_replicas)
+    held_replicas: int | None = None  # highest recommended over the window (≥ wanted)
     worth: ReplicaWorth | None = None  # predicted TTFT by replica count, for the load
 
     def ttft_around(self, replicas: int) -> tuple[float, float, float] | None:

@@ -1,10 +1,10 @@
 """Arbitration of one GPU budget between the InferenceSLAs of a pool (a `GPUPool`).
 
 Each member's own policy says what it wants (`wanted`: the replicas its load calls for),
-what its own rules keep (`held`: the count its scale-down stabilization still holds, at
-least `wanted`) and what each replica is worth to it (`ReplicaWorth`: the TTFT its latency
-model predicts at any replica count). Within the pool's GPU limit, `arbitrate` grants
-replicas one at a time, in this order:
+what its own rules keep (`held`: the highest count it recommended over its scale-down
+stabilization window, at least `wanted`) and what each replica is worth to it
+(`ReplicaWorth`: the TTFT its latency model predicts at any replica count). Within the
+pool's GPU limit, `arbitrate` grants replicas one at a time, in this order:
 
 1. every member's `replicas.min`, by priority (a limit below the sum of the minimums grants
    the minimums by priority and says which do not fit: no member ever goes below its min);
@@ -18,7 +18,8 @@ replicas one at a time, in this order:
    forth on noise in their gains;
 3. **spare headroom**: replicas beyond a member's need that its stabilization still keeps,
    by priority. Spare replicas come after every need, so a member short of GPUs takes
-   them first from members with spare headroom, then from lower-priority ones.
+   them first from members with spare headroom, then from lower-priority ones; but spare
+   headroom is never lent to a member of lower priority (`_allocate`).
 
 A member that does not follow a grant (mode Recommend, a dry run, another autoscaler on
 its Deployment, not evaluated yet: `acting=False`) keeps what it runs, counted against the
