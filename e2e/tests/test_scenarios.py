@@ -376,7 +376,7 @@ def test_11_gpu_pool_lends_gpus_to_the_higher_priority_and_gets_them_back(
         kube.custom.create_cluster_custom_object(GROUP, VERSION, POOL_PLURAL, bad)
     assert "set exactly one of gpus, nodeSelector, resourceQuota" in str(refused.value.body)
 
-    name = f"e2e-{namespace}"
+    name = f"pool-{namespace.rsplit('-', 1)[-1]}"
     labels = {"slascaler.io/pool": name}
     nodes = {"nodeSelector": {"matchLabels": {NODE_LABEL: "true"}}}
     kube.apply(gpu_pool(name, {"matchLabels": labels}, nodes, [namespace]))

@@ -111,6 +111,7 @@ class PoolCoordinator:
     _last: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _crd_missing: bool = False
+    _unseen: set[str] = field(default_factory=set)  # SLAs a refresh was forced for
     arbitrations: dict[str, Arbitration] = field(default_factory=dict)  # the last, per pool
 
     # -- what the Reconciler asks -----------------------------------------------------
@@ -120,11 +121,14 @@ class PoolCoordinator:
         grant = self._grants.get(key)
         if grant is not None or not self._selected(sla):
             return grant
-        # A pool selects it but the last arbitration did not see it (created since): now.
-        self.refresh(force=True)
-        grant = self._grants.get(key)
-        if grant is not None:
-            return grant
+        if key not in self._unseen:
+            # A pool selects it but the last arbitration did not see it (created since):
+            # arbitrate now, once (a refresh that still misses it holds it where it is).
+            self._unseen.add(key)
+            self.refresh(force=True)
+            grant = self._grants.get(key)
+            if grant is not None:
+                return grant
         replicas = (sla.get("status") or {}).get("replicas")
         if isinstance(replicas, int) and not isinstance(replicas, bool):
             pool = next(p.name for p in self._pools if self._selects(p, sla))
@@ -138,7 +142,8 @@ class PoolCoordinator:
         return pool.selects(meta["namespace"], meta.get("labels") or {})
 
     def _selected(self, sla: Mapping[str, Any]) -> bool:
-        return any(self._selects(p, sla) for p in self._pools)
+        watched = not self.namespaces or sla["metadata"]["namespace"] in self.namespaces
+        return watched and any(self._selects(p, sla) for p in self._pools)
 
     # -- the cycle ----------------------------------------------------------------------
 

@@ -307,3 +307,31 @@ def test_the_gpupool_spec_and_the_pod_templates_gpus() -> None:
     }}}}  # fmt: skip
     assert gpus_per_replica(template) == 4  # the init container's 4 > 2 + 1
     assert gpus_per_replica({"spec": {}}) == 0
+
+
+def test_without_the_gpupool_crd_or_outside_the_watched_namespaces_nothing_is_pooled() -> None:
+    pool = Pool({"gpus": 2})
+    pool.pooled_limit = False
+    pool.model("chat", 2, replicas={"min": 1, "max": 6})
+    pool.model("other", 2, namespace="elsewhere", replicas={"min": 1, "max": 6})
+    pool.source.observations.update(chat=busy(2), other=busy(2))
+    pool.coordinator.namespaces = ("team",)
+    pool.cycle()
+    assert [m["name"] for m in pool.pool()["members"]] == ["chat"]
+    assert "pool" not in pool.status("other", "elsewhere"), "not in a watched namespace"
+    assert pool.fleets["other"].desired > 2
+    pool.cluster.gpu_pools = None  # the CRD is not installed (an upgrade without it)
+    pool.cycle()
+    assert "pool" not in pool.status("chat") and pool.fleets["chat"].desired > 2
+
+
+def test_a_new_member_is_arbitrated_at_once_then_held_if_still_unseen() -> None:
+    pool = Pool({"gpus": 8})
+    pool.model("chat", 2, replicas={"min": 1, "max": 6})
+    pool.cycle()
+    refreshes = len([c for c in pool.cluster.calls if c[0] == "list_gpu_pools"])
+    pool.model("late", 2, priority=5, replicas={"min": 1, "max": 6})
+    late = pool.cluster.get_inference_sla("team", "late")
+    grant = pool.coordinator.grant_for(late)  # created since the last arbitration
+    assert grant is not None and grant.granted == 2
+    assert len([c for c in pool.cluster.calls if c[0] == "list_gpu_pools"]) == refreshes + 1
