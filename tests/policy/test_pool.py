@@ -292,6 +292,9 @@ def test_grants_keep_the_budget_the_minimums_and_the_priorities(
                      for m in members if not m.acting)  # fmt: skip
     grown = sum(max(0, grants[m.key].allowed - held(m)) * m.gpus_per_replica for m in acting)
     assert grown <= max(0, limit - fixed_held - reserve)
+    if reserve + fixed_held <= limit:  # whatever order they act in, the pool is never over
+        allowed = sum(grants[m.key].allowed * m.gpus_per_replica for m in acting)
+        assert allowed + fixed_held <= limit
 
 
 @PROPERTY_SETTINGS

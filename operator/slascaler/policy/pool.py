@@ -125,11 +125,6 @@ class PoolGrant:
     message: str = ""  # why the share is what it is
     acting: bool = True
 
-    @property
-    def short(self) -> int:
-        """Replicas its load calls for beyond what it may run now."""
-        return max(0, self.wanted - self.allowed)
-
 
 @dataclass(frozen=True)
 class Move:
@@ -284,7 +279,9 @@ def _admit(
             growing.append(member)
     for member in sorted(growing, key=lambda m: (-m.priority, m.key)):
         share = shares[member.key]
-        start = min(share, reserve[member.key])
+        # What it may already run: its replicas, or what it was allowed before (its own
+        # terminating pods count as used, never as room for new ones).
+        start = min(share, max(member.replicas, member.issued or 0))
         more = 0
         if member.gpus_per_replica > 0:
             more = min(share - start, max(0, free) // member.gpus_per_replica)
