@@ -1,7 +1,8 @@
-"""InferenceSLA objects and their status, for the e2e tests.
+"""InferenceSLA and GPUPool objects and their status, for the e2e tests.
 
-`inference_sla` builds a manifest; `SLAWatch` reads one back (status, conditions, the events
-posted on it) so tests can poll for what they expect.
+`inference_sla` and `gpu_pool` build manifests; `SLAWatch` reads an InferenceSLA back (status,
+conditions, the events posted on it) and `PoolWatch` a GPUPool, so tests can poll for what
+they expect.
 """
 
 from __future__ import annotations
@@ -17,20 +18,40 @@ from e2e.kube import Kube
 
 ROOT = Path(__file__).resolve().parents[1]
 CRD_FILE = ROOT / "manifests" / "crds" / "slascaler.io_inferenceslas.yaml"
+POOL_CRD_FILE = ROOT / "manifests" / "crds" / "slascaler.io_gpupools.yaml"
 GROUP, VERSION, PLURAL = "slascaler.io", "v1alpha1", "inferenceslas"
+POOL_PLURAL = "gpupools"
 
 
-def inference_sla(name: str, target: str, **spec: Any) -> dict[str, Any]:
+def inference_sla(
+    name: str, target: str, labels: Mapping[str, str] | None = None, **spec: Any
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "targetRef": {"name": target},
         "objectives": {"ttft": {"percentile": 95, "thresholdMs": 500}},
     }
     body.update(spec)
+    metadata: dict[str, Any] = {"name": name}
+    if labels:
+        metadata["labels"] = dict(labels)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "InferenceSLA",
-        "metadata": {"name": name},
+        "metadata": metadata,
         "spec": body,
+    }
+
+
+def gpu_pool(name: str, selector: Mapping[str, Any], limit: Mapping[str, Any],
+             namespaces: list[str] | None = None) -> dict[str, Any]:  # fmt: skip
+    spec: dict[str, Any] = {"selector": dict(selector), "limit": dict(limit)}
+    if namespaces:
+        spec["namespaces"] = list(namespaces)
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "GPUPool",
+        "metadata": {"name": name},
+        "spec": spec,
     }
 
 
@@ -39,6 +60,37 @@ def install_crd(kube: Kube) -> None:
     kube.kubectl(
         "wait", "--for=condition=Established", "crd/inferenceslas.slascaler.io", "--timeout=30s"
     )
+
+
+def install_pool_crd(kube: Kube) -> None:
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(POOL_CRD_FILE))
+    kube.kubectl(
+        "wait", "--for=condition=Established", "crd/gpupools.slascaler.io", "--timeout=30s"
+    )
+
+
+class PoolWatch:
+    """A GPUPool (cluster-scoped) read back."""
+
+    def __init__(self, kube: Kube, name: str) -> None:
+        self.kube, self.name = kube, name
+
+    def status(self) -> dict[str, Any]:
+        try:
+            custom = self.kube.custom
+            pool = custom.get_cluster_custom_object(GROUP, VERSION, POOL_PLURAL, self.name)
+        except ApiException:
+            return {}
+        return dict(pool.get("status") or {})
+
+    def condition(self, condition_type: str) -> Mapping[str, Any]:
+        for condition in self.status().get("conditions") or []:
+            if condition["type"] == condition_type:
+                return dict(condition)
+        return {}
+
+    def members(self) -> dict[str, dict[str, Any]]:
+        return {m["name"]: m for m in self.status().get("members") or []}
 
 
 class SLAWatch:

@@ -66,6 +66,11 @@ def test_defaults_render_cluster_wide_least_privilege(binaries: Path) -> None:
         "get", "list", "watch"
     }  # fmt: skip
     assert rules[(("autoscaling",), ("horizontalpodautoscalers",))] == {"list"}
+    # Shared GPU pools: GPUPools listed, their status written, nodes and quotas read.
+    assert rules[(("slascaler.io",), ("gpupools",))] == {"list"}
+    assert rules[(("slascaler.io",), ("gpupools/status",))] == {"patch"}
+    assert rules[(("",), ("nodes",))] == {"list"}
+    assert rules[(("",), ("resourcequotas",))] == {"get"}
     assert all("*" not in verbs and "delete" not in verbs for verbs in rules.values())
     assert not any((k[0][0], k[1]) == ("", ("secrets",)) for k in rules)
     (binding,) = by_kind(docs, "ClusterRoleBinding")
@@ -108,17 +113,43 @@ def test_pod_is_hardened_and_env_carries_the_values(binaries: Path) -> None:
 
 def test_namespaced_install_uses_roles_and_peering_per_namespace(binaries: Path) -> None:
     docs = render(binaries, "-f", str(CHART / "ci" / "ha-namespaced-values.yaml"))
-    # Cluster-scoped objects are only read: nodes (GPU labels), CRDs and namespaces (Kopf).
-    (cluster_role,) = by_kind(docs, "ClusterRole")
-    assert cluster_role["metadata"]["name"] == "rel-slascaler-cluster-read"
-    assert {verb for rule in cluster_role["rules"] for verb in rule["verbs"]} <= {
+    # Cluster-scoped objects: nodes (GPU labels), CRDs and namespaces (Kopf) are only read;
+    # GPU pools' rules (GPUPools and nodes are cluster-scoped) come in a ClusterRole of their own.
+    roles = {r["metadata"]["name"]: r for r in by_kind(docs, "ClusterRole")}
+    assert set(roles) == {"rel-slascaler-cluster-read", "rel-slascaler-gpupools"}
+    cluster_read = roles["rel-slascaler-cluster-read"]
+    assert {verb for rule in cluster_read["rules"] for verb in rule["verbs"]} <= {
         "get", "list", "watch"
     }  # fmt: skip
-    assert {r for rule in cluster_role["rules"] for r in rule["resources"]} == {
+    assert {r for rule in cluster_read["rules"] for r in rule["resources"]} == {
         "nodes", "customresourcedefinitions", "namespaces"
     }  # fmt: skip
-    (binding,) = by_kind(docs, "ClusterRoleBinding")
-    assert binding["roleRef"]["name"] == "rel-slascaler-cluster-read"
+    pools = roles["rel-slascaler-gpupools"]
+    assert {(tuple(r["resources"]), tuple(r["verbs"])) for r in pools["rules"]} == {
+        (("gpupools",), ("list",)),
+        (("gpupools/status",), ("patch",)),
+        (("nodes",), ("list",)),
+    }
+    assert {b["roleRef"]["name"] for b in by_kind(docs, "ClusterRoleBinding")} == set(roles)
+    for namespaced in by_kind(docs, "Role"):
+        assert {"resources": ["resourcequotas"], "apiGroups": [""], "verbs": ["get"]} in (
+            namespaced["rules"]
+        )
+    without = render(
+        binaries, "-f", str(CHART / "ci" / "ha-namespaced-values.yaml"),
+        "--set", "gpuPoolsEnabled=false",
+    )  # fmt: skip
+    assert [r["metadata"]["name"] for r in by_kind(without, "ClusterRole")] == [
+        "rel-slascaler-cluster-read"
+    ]
+    (env,) = [
+        e["value"]
+        for e in by_kind(without, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0][
+            "env"
+        ]
+        if e["name"] == "SLASCALER_GPU_POOLS"
+    ]
+    assert env == "false"
     assert sorted(r["metadata"]["namespace"] for r in by_kind(docs, "Role")) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in by_kind(docs, "RoleBinding")) == [
         "team-a",

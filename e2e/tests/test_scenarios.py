@@ -5,6 +5,11 @@ metrics), and load changed while it runs. Each scenario asserts
 outcomes by polling with deadlines; `DeploymentHistory` records every change of the target so
 that each one announced by an Event is checked to have happened exactly once.
 
+Scenario 11: two InferenceSLAs share a GPUPool whose limit is the KWOK nodes' 8 GPUs; the
+high-priority one's load rises and it takes GPUs from the low-priority one (Events and
+conditions on both, never below the low one's min, never over the pool), and gives them back
+once its load fell and its stabilization window passed.
+
 Scenario 10 loads the chart's alerts into the e2e Prometheus, fires SlascalerMetricsUnavailable
 and sees SlascalerSLANotMet pending, and runs every query of the chart's dashboard against that
 Prometheus (which scrapes the operator's pod); it runs before scenario 9, which uninstalls.
@@ -27,6 +32,7 @@ from typing import Any
 import kubernetes.watch
 import pytest
 from e2e.chart import HelmRelease, OperatorKubelet
+from e2e.cluster.local import NODE_LABEL
 from e2e.cluster.processes import poll
 from e2e.cluster.prometheus import PrometheusServer
 from e2e.dashboard import (
@@ -42,8 +48,18 @@ from e2e.history import DeploymentHistory
 from e2e.image import OperatorImage
 from e2e.kube import Kube, gpu_deployment, is_ready, node_gpus
 from e2e.pod import ContainerProcess
-from e2e.slas import SLAWatch, inference_sla
+from e2e.slas import (
+    GROUP,
+    POOL_PLURAL,
+    VERSION,
+    PoolWatch,
+    SLAWatch,
+    gpu_pool,
+    inference_sla,
+    install_pool_crd,
+)
 from e2e.tests.conftest import LogRegistry, Substrate
+from kubernetes.client.exceptions import ApiException
 
 from slascaler.policy.reasons import PACING_HOLDS
 from slascaler_sim.profiles import PROFILES, CostProfile
@@ -363,6 +379,110 @@ def test_5_prometheus_stopped_holds_then_recovers(
             timeout=90,
             what="acting again once metrics are back",
         )
+
+
+POOL_FAST = {"scaleUpCooldown": "5s", "scaleDownStabilization": "15s", "knobCooldown": "20s"}
+
+
+def at_most(histories: dict[str, DeploymentHistory], gpus_per_pod: int) -> int:
+    """The most GPUs the Deployments asked for at once over their recorded histories."""
+    events = sorted(
+        (change.at, name, change.replicas)
+        for name, history in histories.items()
+        for change in history.snapshot()
+    )
+    current: dict[str, int] = {}
+    most = 0
+    for _, name, replicas in events:
+        current[name] = replicas
+        most = max(most, sum(current.values()) * gpus_per_pod)
+    return most
+
+
+def test_11_gpu_pool_lends_gpus_to_the_higher_priority_and_gets_them_back(
+    kube: Kube, namespace: str, prometheus: PrometheusServer, release: object
+) -> None:
+    started = time.monotonic()
+    total, used = node_gpus(kube)
+    assert (total, used) == (8, 0), "the pool's limit is the nodes' 8 GPUs, all free"
+    install_pool_crd(kube)
+    explained = kube.kubectl("explain", "gpupool.spec.limit").stdout
+    assert "exactly one of" in explained
+    bad = gpu_pool("bad", {}, {"gpus": 4, "nodeSelector": {}})
+    with pytest.raises(ApiException) as refused:
+        kube.custom.create_cluster_custom_object(GROUP, VERSION, POOL_PLURAL, bad)
+    assert "set exactly one of gpus, nodeSelector, resourceQuota" in str(refused.value.body)
+
+    name = f"pool-{namespace.rsplit('-', 1)[-1]}"
+    labels = {"slascaler.io/pool": name}
+    nodes = {"nodeSelector": {"matchLabels": {NODE_LABEL: "true"}}}
+    kube.apply(gpu_pool(name, {"matchLabels": labels}, nodes, [namespace]))
+    pool = PoolWatch(kube, name)
+    try:
+        deploy(kube, namespace, "chat", 1, gpus=2)
+        deploy(kube, namespace, "batch", 3, gpus=2)  # 8 GPUs in all: the pool is full
+        spec: dict[str, Any] = {
+            "window": "10s", "behavior": POOL_FAST,
+            "objectives": {"ttft": {"percentile": 95, "thresholdMs": 500}},
+        }  # fmt: skip
+        with (
+            EngineFleet(kube, prometheus, namespace, "chat", A100, Load(2.0, 1000, 50)) as chat,
+            EngineFleet(kube, prometheus, namespace, "batch", A100, Load(30.0, 1000, 50)),
+            DeploymentHistory(kube, namespace, "chat") as chat_history,
+            DeploymentHistory(kube, namespace, "batch") as batch_history,
+        ):
+            kube.apply(
+                inference_sla("chat-sla", "chat", labels, priority=10, replicas=span(1, 4), **spec),
+                inference_sla("batch-sla", "batch", labels, priority=0, replicas=span(1, 3),
+                              **spec),
+                namespace=namespace,
+            )  # fmt: skip
+            high = SLAWatch(kube, namespace, "chat-sla")
+            low = SLAWatch(kube, namespace, "batch-sla")
+            poll(lambda: set(pool.members()) == {"chat-sla", "batch-sla"}, timeout=30,
+                 what="both SLAs in the pool", describe=lambda: str(pool.status()))  # fmt: skip
+            assert pool.status()["limit"] == 8
+            assert pool.condition("Ready")["status"] == "True"
+
+            # chat's load rises: it wants 4 replicas (8 GPUs); batch keeps its min (2 GPUs).
+            chat.set_load(Load(30.0, 1000, 50))
+            preempted = low.wait_condition("Preempted", "True", "ByHigherPriority", timeout=60)
+            assert f"{namespace}/chat-sla" in preempted["message"]
+            poll(lambda: ready_count(kube, namespace, "chat") == 3, timeout=45,
+                 what="chat running the 3 replicas the pool grants it")  # fmt: skip
+            assert kube.apps.read_namespaced_deployment("batch", namespace).spec.replicas == 1
+            waiting = high.wait_condition("CapacityLimited", "True", "BudgetExhausted", timeout=20)
+            assert "grants 3" in waiting["message"]
+            assert "go to" in low.wait_event("PreemptedByPool")["message"]
+            assert "from" in high.wait_event("GrantedByPool")["message"]
+            assert any(e["reason"] == "Preempted" for e in low.events()), "the action's Event"
+            taken_at = time.monotonic()
+            listed = kube.kubectl("get", "gpupool", name).stdout
+            assert "/8" in listed and "SLAS" in listed.splitlines()[0]
+            wide = kube.kubectl("get", "inferenceslas", "-n", namespace, "-o", "wide").stdout
+            assert "POOL" in wide.splitlines()[0] and name in wide
+            print(f"\n$ kubectl get gpupool {name}\n{listed}$ kubectl get inferenceslas -o wide"
+                  f"\n{wide}")  # fmt: skip
+
+            # chat's load falls: it keeps what it took for its 15 s window, then gives it back.
+            chat.set_load(Load(0.0))
+            poll(
+                lambda: kube.apps.read_namespaced_deployment("batch", namespace).spec.replicas
+                == 3,
+                timeout=90,
+                what="batch back to 3 replicas",
+                describe=lambda: f"pool: {pool.status()}",
+            )
+            assert time.monotonic() - taken_at >= 15, "not given back within the window"
+            low.wait_condition("Preempted", "False", timeout=20)
+            assert high.wait_event("ReturnedToPool")
+            assert len([e for e in low.events() if e["reason"] == "GrantedByPool"]) >= 1
+            assert min(c.replicas for c in batch_history.snapshot()) == 1, "never below min"
+            most = at_most({"chat": chat_history, "batch": batch_history}, 2)
+            assert most <= 8, f"{most} GPUs asked for at once"
+    finally:
+        kube.kubectl("delete", "gpupool", name, "--ignore-not-found", "--wait=false")
+    print(f"\nscenario 11: {time.monotonic() - started:.0f} s")
 
 
 def firing(

@@ -12,7 +12,8 @@
    (`status.pendingAction`): the Deployment carries it → it is recorded as done, with its
    Event; it does not → it was never made, and the status says so.
 4. Observe the window (`MetricSource`) and decide (`policy.decide`, pure) with the memory
-   kept in the status.
+   kept in the status and, in a shared GPU pool, the grant of the pool's coordinator
+   (`pools.GrantSource`: at most the replicas the pool allows it now).
 5. Act, in mode Auto only, after re-validating the decision: it must keep every bound, and a
    fresh read of the Deployment must match the one decided on in everything the decision
    depends on (else hold, `HoldTargetChanged`). The action is announced in the status first
@@ -23,8 +24,10 @@
    pending and is settled by the next evaluation.
 6. Write the status (with the EngineFlags condition: every flag usable where it lives, or
    each value that is not and the fix) and post Events (`status.choose_event`; a Warning
-   Event when the Conflict condition turns True or changes reason, `status.conflict_event`).
-   The metric source reads the pods Kubernetes says the Deployment has (`view.pods`).
+   Event when the Conflict condition turns True or changes reason, `status.conflict_event`);
+   the status keeps the bid the pool's coordinator arbitrates with next (`status.bid`) and
+   the grant applied (`status.pool`). The metric source reads the pods Kubernetes says the
+   Deployment has (`view.pods`).
 
 Called by the Kopf wiring and by the simulator's control loop (the same object, over the
 in-memory cluster); the clock is passed in.
@@ -61,9 +64,11 @@ from slascaler.policy import (
 )
 from slascaler.policy.decide import DEFAULT_TUNABLES
 from slascaler.policy.decision import Status
+from slascaler.pools import GrantSource
 from slascaler.spec import Mode, SLASpec, SpecError, parse_spec
 from slascaler.status import (
     PendingAction,
+    bid_to_status,
     choose_event,
     conflict_event,
     engine_flags,
@@ -71,6 +76,7 @@ from slascaler.status import (
     memory_to_status,
     merge_conditions,
     observed,
+    pool_to_status,
     recommendation,
     ttft_summary,
 )
@@ -124,6 +130,7 @@ class Reconciler:
         clock: Callable[[], float],
         dry_run: bool = False,
         tunables: Tunables = DEFAULT_TUNABLES,
+        pools: GrantSource | None = None,
     ) -> None:
         self.api = api
         self.source = source
@@ -131,6 +138,7 @@ class Reconciler:
         self.clock = clock
         self.dry_run = dry_run
         self.tunables = tunables
+        self.pools = pools  # shared GPU pools' grants; None: no pools
 
     # -- the pipeline -------------------------------------------------------------------
 
@@ -187,7 +195,9 @@ class Reconciler:
         observation = self.source.observe(namespace, spec, now, pods=view.pods)
         if observation.source_error is not None:
             self.telemetry.errors.labels("metrics").inc()
-        decision = decide(spec, observation, PolicyState(view.state, memory), now, self.tunables)
+        grant = self.pools.grant_for(sla) if self.pools is not None else None
+        state = PolicyState(view.state, memory, grant)
+        decision = decide(spec, observation, state, now, self.tunables)
         notes += observation.derived
 
         auto = spec.mode is Mode.AUTO and not self.dry_run
@@ -241,6 +251,8 @@ class Reconciler:
                 meta.get("generation", 0),
             ),
             "memory": memory_to_status(memory_out),
+            "bid": bid_to_status(decision, view.state.spec_replicas),
+            "pool": pool_to_status(grant),
         }
         if event is not None and outcome.acted:
             key = PendingAction.of(decision, stamp).key
@@ -367,6 +379,8 @@ class Reconciler:
             "observedGeneration": meta.get("generation"),
             "lastEvaluated": stamp,
             "regime": "Unknown",
+            "bid": None,  # nothing evaluated: nothing to arbitrate with
+            "pool": None,
             "conditions": merge_conditions(
                 previous.get("conditions"), conditions, stamp, meta.get("generation", 0)
             ),

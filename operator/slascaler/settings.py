@@ -30,6 +30,7 @@ VARIABLES: Mapping[str, str] = {
     "SLASCALER_WATCH_NAMESPACES": "comma-separated namespaces to serve; empty for all (default)",
     "SLASCALER_RECONCILE_INTERVAL": "how often each InferenceSLA is evaluated (default 15s)",
     "SLASCALER_DRY_RUN": "true to treat every InferenceSLA as mode Recommend (default false)",
+    "SLASCALER_GPU_POOLS": "false to ignore GPUPools: no shared GPU budgets (default true)",
     "SLASCALER_PEERING": "Kopf peering name for HA (one active instance); empty: standalone",
     "SLASCALER_PRIORITY": "peering priority, the highest is active (default: random per process)",
     "SLASCALER_HEALTH_PORT": "port of the liveness endpoint /healthz (default 8080; 0: off)",
@@ -67,6 +68,7 @@ class Settings:
     watch_namespaces: tuple[str, ...] = ()
     reconcile_interval_s: float = 15.0
     dry_run: bool = False
+    gpu_pools: bool = True
     peering: str | None = None
     priority: int = 0
     health_port: int = 8080
@@ -105,8 +107,8 @@ class Settings:
                 raise SettingsError(name, f"{value} is outside [{low}, {high}]")
             return value
 
-        def boolean(name: str) -> bool:
-            raw = text(name).lower()
+        def boolean(name: str, default: str = "") -> bool:
+            raw = text(name, default).lower()
             if raw in _TRUE:
                 return True
             if raw in _FALSE:
@@ -154,6 +156,7 @@ class Settings:
             watch_namespaces=namespaces,
             reconcile_interval_s=interval,
             dry_run=boolean("SLASCALER_DRY_RUN"),
+            gpu_pools=boolean("SLASCALER_GPU_POOLS", "true"),
             peering=text("SLASCALER_PEERING") or None,
             priority=integer("SLASCALER_PRIORITY", default_priority, -(2**31), 2**31 - 1),
             health_port=integer("SLASCALER_HEALTH_PORT", 8080, 0, 65535),

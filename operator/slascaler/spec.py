@@ -22,6 +22,7 @@ _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h))+$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 WINDOW_MIN_S, WINDOW_MAX_S = 10.0, 3600.0  # as the CRD's CEL rule on spec.window
+PRIORITY_MIN, PRIORITY_MAX = -1_000_000_000, 1_000_000_000  # as the CRD's bounds
 
 
 class SpecError(ValueError):
@@ -92,6 +93,7 @@ class SLASpec:
     chunk_size: Bounds | None = None
     behavior: Behavior = field(default_factory=Behavior)
     mode: Mode = Mode.AUTO
+    priority: int = 0  # in a shared GPU pool, higher wins
 
 
 def parse_duration(text: str, field_path: str) -> float:
@@ -204,6 +206,11 @@ def parse_spec(raw: Mapping[str, object]) -> SLASpec:
         ),
         knob_cooldown_s=_duration_or(behavior_raw, "knobCooldown", defaults.knob_cooldown_s),
     )
+    priority = raw.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise SpecError("priority", f"must be a whole number, got {priority!r}")
+    if not PRIORITY_MIN <= priority <= PRIORITY_MAX:
+        raise SpecError("priority", f"must be between {PRIORITY_MIN} and {PRIORITY_MAX}")
     mode_text = raw.get("mode", "Auto")
     try:
         mode = Mode(str(mode_text))
@@ -225,4 +232,5 @@ def parse_spec(raw: Mapping[str, object]) -> SLASpec:
         chunk_size=chunk,
         behavior=behavior,
         mode=mode,
+        priority=priority,
     )

@@ -12,6 +12,10 @@
   an action). An API server that does not answer (every call has a timeout, `kube.clients`)
   or refuses that read costs one evaluation and a warning in the log, never a traceback;
   the reconcile itself turns API failures into conditions.
+- Shared GPU pools (GPUPool): before an evaluation, the pool coordinator (`pools`)
+  arbitrates every pool if its last arbitration is an interval old, so each InferenceSLA
+  of a pool decides with a fresh grant. No Kopf handler watches GPUPools: the arbitration
+  runs in the InferenceSLAs' own cycle (and so only on the active peer).
 
 Kopf itself: peering for HA (one active instance when `SLASCALER_PEERING` is set), its
 liveness endpoint (`/healthz`), namespace scoping, and no Kopf-posted events or annotations
@@ -34,6 +38,7 @@ from slascaler.kube.api import GROUP, PLURAL, VERSION, KubeAPI
 from slascaler.kube.clients import Clients
 from slascaler.kube.errors import KubeError, NotFound
 from slascaler.metrics.prometheus import PrometheusSettings, PrometheusSource
+from slascaler.pools import PoolCoordinator
 from slascaler.reconcile import Reconciler
 from slascaler.settings import Settings
 from slascaler.telemetry import Telemetry
@@ -44,9 +49,12 @@ log = logging.getLogger("slascaler")
 class Operator:
     """The reconciler, and the per-object locks that serialize its runs."""
 
-    def __init__(self, reconciler: Reconciler, clients: KubeAPI) -> None:
+    def __init__(
+        self, reconciler: Reconciler, clients: KubeAPI, pools: PoolCoordinator | None = None
+    ) -> None:
         self.reconciler = reconciler
         self.clients = clients
+        self.pools = pools
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
         self._guard = threading.Lock()
 
@@ -70,6 +78,8 @@ class Operator:
             seen = (sla.get("status") or {}).get("observedGeneration")
             if spec_changed and meta.get("generation") == seen:
                 return  # another run already evaluated this generation
+            if self.pools is not None:
+                self.pools.refresh_if_due()
             self.reconciler.reconcile(sla)
 
     def forget(self, namespace: str, name: str, uid: str) -> None:
@@ -151,9 +161,21 @@ def run(settings: Settings) -> None:
     )
     if settings.metrics_port:
         telemetry.serve(settings.metrics_port, settings.bind_address)
-    reconciler = Reconciler(clients, source, telemetry, clock=time.time, dry_run=settings.dry_run)
+    pools = None
+    if settings.gpu_pools:
+        pools = PoolCoordinator(
+            clients,
+            clock=time.time,
+            interval_s=settings.reconcile_interval_s,
+            dry_run=settings.dry_run,
+            namespaces=settings.watch_namespaces,
+            on_error=lambda where: telemetry.errors.labels(where).inc(),
+        )
+    reconciler = Reconciler(
+        clients, source, telemetry, clock=time.time, dry_run=settings.dry_run, pools=pools
+    )
     registry = kopf.OperatorRegistry()
-    register(registry, settings, Operator(reconciler, clients))
+    register(registry, settings, Operator(reconciler, clients, pools))
     log.info(
         "slascaler starting: Prometheus %s, namespaces %s, interval %gs%s",
         settings.prometheus_url,

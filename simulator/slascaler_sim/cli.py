@@ -6,7 +6,9 @@ simulator. `register` adds the subcommands to the parser's subcommand group.
 
 `slascaler bench` runs the policy × scenario matrix (`sim.benchmark`) on the default suite
 or on a user's trace, prints the tables, and writes files only when asked (`--out` for
-bench.csv, bench.md and bench.png; `--doc` for docs/benchmark.md).
+bench.csv, bench.md and bench.png; `--doc` for docs/benchmark.md). `slascaler bench --pools`
+runs the shared-GPU-pool benchmark (`sim.pool_bench`) instead; with `--doc` it replaces only
+its own section of the document (and the matrix's `--doc` keeps that section).
 """
 
 from __future__ import annotations
@@ -129,6 +131,8 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO | None = None) -> 
     from slascaler_sim.workload import TraceError, read_trace
 
     err = err or sys.stderr
+    if args.pools:
+        return _bench_pools(args, out, err)
     if args.speed:
         count, cpu, ratio = simulator_speed()
         out.write(
@@ -212,8 +216,60 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO | None = None) -> 
             "a scenario says otherwise; SLA attainment is the share of 1-minute windows (after "
             "the first start-up) whose client-side TTFT percentile meets the objective."
         )
-        Path(args.doc).write_text(
-            benchmark_document(judged, scenarios, command, header), encoding="utf-8"
+        from slascaler_sim.report import kept_section
+
+        existing = Path(args.doc).read_text(encoding="utf-8") if Path(args.doc).exists() else ""
+        document = benchmark_document(judged, scenarios, command, header)
+        pools = kept_section(existing)  # the pool benchmark's section, made by --pools
+        if pools:
+            document = document.rstrip("\n") + "\n\n" + pools + "\n"
+        Path(args.doc).write_text(document, encoding="utf-8")
+        out.write(f"written: {args.doc}\n")
+    return 0
+
+
+def _bench_pools(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from slascaler_sim.pool_bench import ARRANGEMENTS, collision_scenario, run_pool_benchmark
+    from slascaler_sim.report import pool_section, pool_table, pool_verdict, replace_section
+
+    if args.trace or args.scenario or args.policies:
+        print("slascaler bench: --pools runs its own scenario: drop --trace, --scenario and "
+              "--policies", file=err)  # fmt: skip
+        return EXIT_BAD_INPUT
+    minutes = args.minutes if args.minutes is not None else (20.0 if args.quick else 60.0)
+    if minutes < 5:
+        print("slascaler bench: --pools needs at least 5 minutes (a start-up and some windows)",
+              file=err)  # fmt: skip
+        return EXIT_BAD_INPUT
+    seeds = args.seeds[:1] if args.quick else args.seeds
+    scenario = collision_scenario(minutes)
+    started = time.monotonic()
+    outcomes = run_pool_benchmark(
+        scenario, seeds, ARRANGEMENTS, jobs=args.jobs,
+        progress=Progress(err, f"{len(ARRANGEMENTS)} arrangements × {len(seeds)} seeds"),
+    )  # fmt: skip
+    wall = time.monotonic() - started
+    out.write(pool_table(outcomes))
+    points, met = pool_verdict(outcomes)
+    if points is not None:
+        out.write(
+            f"\nhigh-priority SLA, pool vs per SLA: {points:+.1f} points "
+            f"({'met' if met else 'missed'}: target ≥ 20)\n"
+        )
+    out.write(f"{len(outcomes)} runs in {wall:.0f} s wall\n")
+    if args.doc:
+        command = "slascaler " + " ".join(args.argv)
+        header = (
+            f"{len(outcomes)} runs ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}), "
+            f"{wall / 60:.1f} min wall on {_cores()} cores; means over the seeds; 60 s start-up; "
+            "SLA attainment = share of 1-minute windows (after the first start-up) whose "
+            "client-side TTFT p95 meets the model's objective."
+        )
+        path = Path(args.doc)
+        existing = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"
+        path.write_text(
+            replace_section(existing, pool_section(outcomes, scenario, command, header)),
+            encoding="utf-8",
         )
         out.write(f"written: {args.doc}\n")
     return 0
@@ -274,4 +330,11 @@ def register(commands: Any) -> None:
     bench.add_argument("--out", help="directory to write bench.csv, bench.md and bench.png")
     bench.add_argument("--doc", help="write the full report (e.g. docs/benchmark.md)")
     bench.add_argument("--speed", action="store_true", help="only measure the simulator's speed")
+    bench.add_argument(
+        "--pools",
+        action="store_true",
+        help="the shared-GPU-pool benchmark: three models whose peaks collide on 16 GPUs, "
+        "slascaler with a GPUPool vs without, KEDA per SLA and a priority-blind pool "
+        "(60 minutes; --doc replaces its section only)",
+    )
     bench.set_defaults(run=_bench)

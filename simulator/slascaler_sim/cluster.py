@@ -30,6 +30,10 @@ semantics, because the operator depends on them:
   prunes unknown fields and refuses values outside their type or `format` (422), as the API
   server does for a structural schema;
 - Events are created by name (`Conflict` when the name exists);
+- for shared GPU pools (`PoolAPI`): GPUPools (cluster-scoped, their status validated against
+  the GPUPool CRD's schema when given), InferenceSLAs listed with their labels, nodes with
+  allocatable GPUs, ResourceQuotas; a Deployment's pod template asks for its GPUs
+  (`nvidia.com/gpu`) when it was added with `gpus`;
 - faults can be injected per call (`fail`), to test what the operator does when a write is
   refused, times out, or the process dies between two writes.
 
@@ -48,7 +52,16 @@ from typing import Any
 from slascaler.engine_args import CommandLine, EngineArgsError
 from slascaler.engine_container import EngineContainer, read_setting
 from slascaler.engines import ENGINES, GPU, EngineDefault, engine_default
-from slascaler.kube.api import FIELD_MANAGER, GROUP, KIND, VERSION, DeploymentPatch, Json, kube_time
+from slascaler.kube.api import (
+    FIELD_MANAGER,
+    GROUP,
+    KIND,
+    POOL_KIND,
+    VERSION,
+    DeploymentPatch,
+    Json,
+    kube_time,
+)
 from slascaler.kube.errors import Conflict, KubeError, NotFound
 from slascaler.spec import Engine
 from slascaler_sim.engine import Phase, Replica
@@ -91,6 +104,7 @@ class SimDeployment:
     gpu: GPU | None
     created_at: float = 0.0
     generation: int = 1
+    gpus: int | None = None  # nvidia.com/gpu one pod asks for; None: none in the template
     annotations: dict[str, str] = field(default_factory=dict)
     resource_version: int = 0
     fingerprint: str = ""
@@ -261,12 +275,16 @@ class SimCluster:
     def __init__(
         self,
         status_schema: Mapping[str, Any] | None = None,
+        pool_status_schema: Mapping[str, Any] | None = None,
         clock: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self.clock = clock
-        self.nodes: dict[str, Json] = {}
+        self.nodes: dict[str, Json] = {}  # by name
         self.deployments: dict[tuple[str, str], SimDeployment] = {}
         self.inference_slas: dict[tuple[str, str], Json] = {}
+        self.gpu_pools: dict[str, Json] | None = {}  # None: the GPUPool CRD is not installed
+        self.resource_quotas: dict[tuple[str, str], Json] = {}
+        self.pool_status_schema = pool_status_schema
         self.hpas: dict[str, list[Json]] = {}
         self.scaled_objects: dict[str, list[Json]] | None = None  # None: KEDA not installed
         self.events: list[Json] = []
@@ -302,10 +320,12 @@ class SimCluster:
         sidecars: tuple[Json, ...] = (),
         node_labels: Mapping[str, str] = A100_80GB,
         image: str = "vllm/vllm-openai:latest",
+        gpus: int | None = None,
     ) -> SimDeployment:
         """A Deployment run by `fleet`, its pods on a node labelled `node_labels`; its engine
-        flags (from `args` and `env`, else the engine's defaults on that GPU) set the fleet's."""
-        node = self.add_node(node_labels)
+        flags (from `args` and `env`, else the engine's defaults on that GPU) set the fleet's;
+        with `gpus`, each pod asks for that many nvidia.com/gpu."""
+        node = self._node_labelled(node_labels)
         deployment = SimDeployment(
             namespace=namespace,
             name=name,
@@ -324,6 +344,7 @@ class SimCluster:
             pod_image=image,
             env=env,
             sidecars=sidecars,
+            gpus=gpus,
         )
         deployment.write(
             CREATOR, {"replicas", "args", "command", "env", "image"}, deployment.created_at
@@ -339,8 +360,8 @@ class SimCluster:
         self._remember_template(deployment)
         return deployment
 
-    def add_node(self, labels: Mapping[str, str]) -> str:
-        """A GPU node with these labels (one per distinct set of labels); its name."""
+    def _node_labelled(self, labels: Mapping[str, str]) -> str:
+        """The node a Deployment's pods run on: one per distinct set of labels; its name."""
         for name, node in self.nodes.items():
             if node["metadata"]["labels"] == {**labels, "kubernetes.io/hostname": name}:
                 return name
@@ -353,7 +374,12 @@ class SimCluster:
         return name
 
     def add_inference_sla(
-        self, namespace: str, name: str, spec: Mapping[str, Any], created_at: float | None = None
+        self,
+        namespace: str,
+        name: str,
+        spec: Mapping[str, Any],
+        labels: Mapping[str, str] | None = None,
+        created_at: float | None = None,
     ) -> Json:
         sla: Json = {
             "apiVersion": f"{GROUP}/{VERSION}",
@@ -365,11 +391,51 @@ class SimCluster:
                 "generation": 1,
                 "resourceVersion": str(self._next_version()),
                 "creationTimestamp": kube_time(self.clock() if created_at is None else created_at),
+                "labels": dict(labels or {}),
             },
             "spec": copy.deepcopy(dict(spec)),
         }
         self.inference_slas[(namespace, name)] = sla
         return copy.deepcopy(sla)
+
+    def add_gpu_pool(self, name: str, spec: Mapping[str, Any]) -> Json:
+        """A GPUPool (cluster-scoped), as `kubectl apply` would create it."""
+        if self.gpu_pools is None:
+            raise RuntimeError("the GPUPool CRD is not installed in this cluster")
+        pool: Json = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": POOL_KIND,
+            "metadata": {
+                "name": name,
+                "uid": self._uid(POOL_KIND, "", name),
+                "generation": 1,
+                "resourceVersion": str(self._next_version()),
+            },
+            "spec": copy.deepcopy(dict(spec)),
+        }
+        self.gpu_pools[name] = pool
+        return copy.deepcopy(pool)
+
+    def add_node(self, name: str, gpus: int, labels: Mapping[str, str] | None = None,
+                 ready: bool = True, unschedulable: bool = False) -> Json:  # fmt: skip
+        node: Json = {
+            "metadata": {"name": name, "labels": dict(labels or {})},
+            "spec": {"unschedulable": True} if unschedulable else {},
+            "status": {
+                "allocatable": {"nvidia.com/gpu": str(gpus)},
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            },
+        }
+        self.nodes[name] = node
+        return copy.deepcopy(node)
+
+    def add_resource_quota(self, namespace: str, name: str, hard: Mapping[str, str]) -> Json:
+        quota: Json = {
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"hard": dict(hard)},
+        }
+        self.resource_quotas[(namespace, name)] = quota
+        return copy.deepcopy(quota)
 
     def fail(self, method: str, fault: Fault, times: int = 1) -> None:
         """Run `fault` (which raises) at the next `times` calls of `method`."""
@@ -395,6 +461,8 @@ class SimCluster:
             container["command"] = list(d.command_line.command)
         if d.command_line.args:
             container["args"] = list(d.command_line.args)
+        if d.gpus is not None:
+            container["resources"] = {"limits": {"nvidia.com/gpu": str(d.gpus)}}
         if d.env:
             container["env"] = [
                 {"name": n, "value": v}
@@ -723,12 +791,6 @@ class SimCluster:
         except KeyError:
             raise NotFound(f'inferenceslas.{GROUP} "{name}" not found') from None
 
-    def list_inference_slas(self, namespace: str) -> list[Json]:
-        self._call("list_inference_slas", namespace)
-        return [
-            copy.deepcopy(sla) for (ns, _), sla in self.inference_slas.items() if ns == namespace
-        ]
-
     def patch_inference_sla_status(
         self, namespace: str, name: str, status: Mapping[str, Any]
     ) -> None:
@@ -756,3 +818,49 @@ class SimCluster:
         ):
             raise Conflict(f'events "{name}" already exists')
         self.events.append(copy.deepcopy(event))
+
+    # -- PoolAPI ----------------------------------------------------------------------
+
+    def list_gpu_pools(self) -> list[Json]:
+        self._call("list_gpu_pools", "")
+        if self.gpu_pools is None:
+            raise NotFound("the server could not find the requested resource (gpupools)")
+        return [copy.deepcopy(p) for p in self.gpu_pools.values()]
+
+    def patch_gpu_pool_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self._call("patch_gpu_pool_status", "", name)
+        pool = (self.gpu_pools or {}).get(name)
+        if pool is None:
+            raise NotFound(f'gpupools.{GROUP} "{name}" not found')
+        merged = copy.deepcopy(pool.get("status") or {})
+        _merge(merged, status)
+        if self.pool_status_schema is not None:
+            try:
+                merged = prune_and_validate(merged, self.pool_status_schema, "status")
+            except SchemaError as error:
+                raise KubeError(422, f'GPUPool "{name}" is invalid: {error}') from None
+        pool["status"] = merged
+        pool["metadata"]["resourceVersion"] = str(self._next_version())
+
+    def list_inference_slas(self, namespace: str | None) -> list[Json]:
+        self._call("list_inference_slas", namespace or "")
+        return [
+            copy.deepcopy(sla)
+            for (ns, _), sla in sorted(self.inference_slas.items())
+            if namespace is None or ns == namespace
+        ]
+
+    def list_nodes(self, label_selector: str) -> list[Json]:
+        self._call("list_nodes", "")
+        return [
+            copy.deepcopy(n)
+            for n in self.nodes.values()
+            if _selects(label_selector, n["metadata"].get("labels") or {})
+        ]
+
+    def get_resource_quota(self, namespace: str, name: str) -> Json:
+        self._call("get_resource_quota", namespace, name)
+        try:
+            return copy.deepcopy(self.resource_quotas[(namespace, name)])
+        except KeyError:
+            raise NotFound(f'resourcequotas "{name}" not found') from None

@@ -7,6 +7,12 @@
   `refused`; `failed_requests` counts them.
 - Scaling: new replicas load the model for `startup_s` before they are ready; removed ones
   drain (finish their requests, take no new ones). Starting replicas are removed first.
+- GPUs: a fleet may have a limit of its own (`gpu_limit`, in replicas) or draw from GPUs it
+  shares with other fleets (`SharedGPUs`: the nodes of a cluster serving several models);
+  a replica asks for `gpus_per_replica`. Replicas asked for beyond the free GPUs stay
+  Pending (unschedulable) and start when GPUs are freed: a fleet's own at once, shared ones
+  at the run loop's next tick (`SharedGPUs.refill`), oldest Pending fleet first, as the
+  scheduler retries its queue.
 - Knob changes are a rolling update honouring the Deployment's maxSurge and maxUnavailable
   (Kubernetes' defaults 25% and 25%, rounded up and down as the Deployment controller does,
   and maxUnavailable 1 when both resolve to 0): new replicas start with the new flags, old
@@ -52,6 +58,29 @@ class EngineSettings:
     max_num_batched_tokens: int = 8192
 
 
+class SharedGPUs:
+    """GPUs several fleets draw from: the nodes of a cluster that serves several models."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.fleets: list[Fleet] = []
+
+    @property
+    def in_use(self) -> int:
+        return sum(f.gpus_in_use for f in self.fleets)
+
+    def free(self) -> int:
+        return self.total - self.in_use
+
+    def refill(self) -> None:
+        """Start Pending replicas on freed GPUs, the fleet Pending the longest first."""
+        waiting = [f for f in self.fleets if f.unschedulable > 0]
+        for fleet in sorted(
+            waiting, key=lambda f: f.now if f.pending_since is None else f.pending_since
+        ):
+            fleet.fill()
+
+
 class Fleet:
     """Replicas, router and clock. All times in seconds of virtual (or wall) time."""
 
@@ -67,6 +96,8 @@ class Fleet:
         gpu_limit: int | None = None,
         max_surge: int | str = DEFAULT_MAX_SURGE,
         max_unavailable: int | str = DEFAULT_MAX_UNAVAILABLE,
+        gpus_per_replica: int = 1,
+        shared: SharedGPUs | None = None,
     ) -> None:
         if router not in ROUTERS:
             raise ValueError(f"unknown router {router!r}")
@@ -92,7 +123,12 @@ class Fleet:
         self.gpu_limit = gpu_limit
         self.max_surge = max_surge
         self.max_unavailable = max_unavailable
-        for _ in range(min(replicas, gpu_limit or replicas)):
+        self.gpus_per_replica = gpus_per_replica
+        self.shared = shared
+        self.pending_since: float | None = None  # since when replicas wait for GPUs
+        if shared is not None:
+            shared.fleets.append(self)
+        for _ in range(min(replicas, self._free_replicas())):
             self._start_replica(ready_now=ready_at_start)
 
     # -- inputs -----------------------------------------------------------------------
@@ -139,11 +175,28 @@ class Fleet:
         """Replicas asked for that no GPU is free for (Pending, Unschedulable)."""
         return max(0, self.desired - len(self._live()))
 
+    def _free_replicas(self) -> int:
+        """Replicas the free GPUs hold (a large number without any limit)."""
+        free = 1 << 30
+        if self.gpu_limit is not None:
+            free = (self.gpu_limit - self.gpus_in_use) // self.gpus_per_replica
+        if self.shared is not None:
+            free = min(free, self.shared.free() // self.gpus_per_replica)
+        return max(0, free)
+
     def _fill(self) -> None:
         """Start replicas up to the desired count, as far as free GPUs allow."""
-        free = math.inf if self.gpu_limit is None else self.gpu_limit - self.gpus_in_use
-        for _ in range(int(max(0, min(self.desired - len(self._live()), free)))):
+        for _ in range(max(0, min(self.desired - len(self._live()), self._free_replicas()))):
             self._start_replica(ready_now=False)
+        if self.unschedulable == 0:
+            self.pending_since = None
+        elif self.pending_since is None:
+            self.pending_since = self.now
+
+    def fill(self) -> None:
+        """Start Pending replicas that free GPUs now hold (called by `SharedGPUs`)."""
+        if not self.outdated_replicas():
+            self._fill()
 
     @property
     def failed_requests(self) -> int:
@@ -160,8 +213,8 @@ class Fleet:
 
     @property
     def gpus_in_use(self) -> int:
-        """Replicas holding a GPU: starting, ready or draining."""
-        return sum(1 for r in self.replicas if r.phase is not Phase.STOPPED)
+        """GPUs held by replicas that are starting, ready or draining."""
+        return self.gpus_per_replica * sum(1 for r in self.replicas if r.phase is not Phase.STOPPED)
 
     def totals(self) -> MetricRecorder:
         total = self.retired.copy()
@@ -343,8 +396,8 @@ class Fleet:
             replica.drain(self.now)
             outdated.remove(replica)
         room = self.desired + surge - len(current) - len(outdated)
-        if self.gpu_limit is not None:
-            room = min(room, self.gpu_limit - self.gpus_in_use)
+        if self.gpu_limit is not None or self.shared is not None:
+            room = min(room, self._free_replicas())
         for _ in range(max(0, min(self.desired - len(current), room))):
             current.append(self._start_replica(ready_now=False))
         self._retire_stopped()
@@ -359,5 +412,5 @@ class Fleet:
             self.retired.add(replica.recorder)
             self.finished.extend(replica.finished)
             self.replicas.remove(replica)
-        if self.gpu_limit is not None and not self.outdated_replicas():
-            self._fill()
+        if self.shared is None and self.gpu_limit is not None and not self.outdated_replicas():
+            self._fill()  # shared GPUs are refilled between ticks, across fleets (`SharedGPUs`)

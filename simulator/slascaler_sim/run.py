@@ -27,6 +27,7 @@ from slascaler.engines import ENGINES
 from slascaler.model.regime import Regime
 from slascaler.policy import Tunables
 from slascaler.policy.decide import DEFAULT_TUNABLES
+from slascaler.pools import GrantSource
 from slascaler.reconcile import Evaluation, Reconciler
 from slascaler.spec import Engine
 from slascaler.telemetry import Telemetry
@@ -78,6 +79,8 @@ class OperatorController:
     period_s: float = 15.0
     name: str = "slascaler"
     tunables: Tunables = DEFAULT_TUNABLES
+    labels: Mapping[str, str] = field(default_factory=dict)  # the InferenceSLA's labels
+    pools: GrantSource | None = None  # a shared GPU pool's coordinator, if any
     last: Evaluation | None = None
     evaluations: int = 0
     _reconciler: Reconciler | None = field(default=None, repr=False)
@@ -87,8 +90,8 @@ class OperatorController:
         spec = {**self.spec, "targetRef": {**self.spec.get("targetRef", {}),
                                            "name": deployment.name}}  # fmt: skip
         fleet = deployment.fleet
-        cluster.clock = lambda: fleet.now  # the cluster's times (managedFields) in the run's
-        cluster.add_inference_sla(deployment.namespace, deployment.name, spec)
+        cluster.clock = lambda: fleet.now  # the cluster's times (managedFields) on the run's clock
+        cluster.add_inference_sla(deployment.namespace, deployment.name, spec, self.labels)
         self._cluster = cluster
         self._reconciler = Reconciler(
             cluster,
@@ -96,6 +99,7 @@ class OperatorController:
             Telemetry(),
             clock=lambda: fleet.now,
             tunables=self.tunables,
+            pools=self.pools,
         )
         self._key = (deployment.namespace, deployment.name)
 

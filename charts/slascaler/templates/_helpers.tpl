@@ -98,3 +98,31 @@ Cluster-scoped reads of the operator (read-only), with the reason for each.
   resources: ["customresourcedefinitions"]
   verbs: ["get", "list", "watch"]
 {{- end -}}
+
+{{/*
+The rules for shared GPU pools (gpuPoolsEnabled), with the reason for each verb. GPUPools and
+nodes are cluster-scoped, so these go in a ClusterRole even when the operator serves listed
+namespaces only (clusterrole-gpupools.yaml).
+*/}}
+{{- define "slascaler.poolClusterRules" -}}
+# GPUPools: listed once a cycle by the pool coordinator, which arbitrates each.
+- apiGroups: ["slascaler.io"]
+  resources: ["gpupools"]
+  verbs: ["list"]
+# Their status: the arbitration's outcome, which is also its memory.
+- apiGroups: ["slascaler.io"]
+  resources: ["gpupools/status"]
+  verbs: ["patch"]
+# Nodes: a pool's limit from the allocatable GPUs of the nodes its nodeSelector matches.
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["list"]
+{{- end -}}
+
+{{/* The namespaced rule for shared GPU pools, granted where the operator's rules are. */}}
+{{- define "slascaler.poolNamespacedRules" -}}
+# ResourceQuotas: a pool's limit from a quota's hard requests of GPUs (read by name).
+- apiGroups: [""]
+  resources: ["resourcequotas"]
+  verbs: ["get"]
+{{- end -}}

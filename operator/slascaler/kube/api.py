@@ -10,7 +10,11 @@ Every method raises only `kube.errors` exceptions. Writes to a Deployment are on
 conditional patch (`DeploymentPatch`, carrying the resourceVersion the decision was made on)
 so that replicas and engine flags change together or not at all.
 
-Used by `kube.fleet`, `kube.actuation`, `reconcile` and `wiring`.
+`PoolAPI` adds, for shared GPU pools (`slascaler.pools`), the reads of GPUPools, of every
+InferenceSLA, of nodes and ResourceQuotas, and the GPUPool's status; both implementations
+provide it too.
+
+Used by `kube.fleet`, `kube.actuation`, `reconcile`, `pools` and `wiring`.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any, Protocol
 
 GROUP, VERSION, PLURAL = "slascaler.io", "v1alpha1", "inferenceslas"
 KIND = "InferenceSLA"
+POOL_PLURAL, POOL_KIND = "gpupools", "GPUPool"  # cluster-scoped
 FIELD_MANAGER = "slascaler"
 
 Json = dict[str, Any]
@@ -79,8 +84,9 @@ class KubeAPI(Protocol):
 
     def get_inference_sla(self, namespace: str, name: str) -> Json: ...
 
-    def list_inference_slas(self, namespace: str) -> list[Json]:
-        """The namespace's InferenceSLAs (to find the one that owns a Deployment)."""
+    def list_inference_slas(self, namespace: str | None) -> list[Json]:
+        """The InferenceSLAs of a namespace (to find the one that owns a Deployment), or of
+        every namespace (None)."""
         ...
 
     def patch_inference_sla_status(
@@ -92,6 +98,26 @@ class KubeAPI(Protocol):
     def create_event(self, namespace: str, event: Json) -> None:
         """Create a core/v1 Event; Conflict when one of that name exists already."""
         ...
+
+
+class PoolAPI(KubeAPI, Protocol):
+    """What the pool coordinator reads and writes besides `KubeAPI`."""
+
+    def list_gpu_pools(self) -> list[Json]:
+        """Every GPUPool (cluster-scoped); NotFound when its CRD is not installed."""
+        ...
+
+    def patch_gpu_pool_status(self, name: str, status: Mapping[str, Any]) -> None:
+        """JSON merge patch of a GPUPool's status subresource."""
+        ...
+
+    def list_inference_slas(self, namespace: str | None) -> list[Json]:
+        """The InferenceSLAs of a namespace, or of every namespace (None)."""
+        ...
+
+    def list_nodes(self, label_selector: str) -> list[Json]: ...
+
+    def get_resource_quota(self, namespace: str, name: str) -> Json: ...
 
 
 def kube_time(epoch_s: float) -> str:

@@ -27,6 +27,7 @@ from slascaler.kube.api import (
     FIELD_MANAGER,
     GROUP,
     PLURAL,
+    POOL_PLURAL,
     VERSION,
     DeploymentPatch,
     Json,
@@ -182,13 +183,6 @@ class Clients:
             self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name,
         )  # fmt: skip
 
-    def list_inference_slas(self, namespace: str) -> list[Json]:
-        items: list[Json] = self._json(
-            f"listing InferenceSLAs in {namespace}",
-            self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL,
-        )["items"]  # fmt: skip
-        return items
-
     def patch_inference_sla_status(
         self, namespace: str, name: str, status: Mapping[str, Any]
     ) -> None:
@@ -203,4 +197,44 @@ class Clients:
         self._json(
             f"posting an Event in {namespace}",
             self.core.create_namespaced_event, namespace, event,
+        )  # fmt: skip
+
+    # -- PoolAPI ------------------------------------------------------------------------
+
+    def list_gpu_pools(self) -> list[Json]:
+        items: list[Json] = self._json(
+            "listing GPUPools",
+            self.custom.list_cluster_custom_object, GROUP, VERSION, POOL_PLURAL,
+        )["items"]  # fmt: skip
+        return items
+
+    def patch_gpu_pool_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self._json(
+            f"writing the status of GPUPool {name}",
+            self.custom.patch_cluster_custom_object_status,
+            GROUP, VERSION, POOL_PLURAL, name, {"status": dict(status)},
+            field_manager=FIELD_MANAGER, _content_type=MERGE_PATCH,
+        )  # fmt: skip
+
+    def list_inference_slas(self, namespace: str | None) -> list[Json]:
+        call: Callable[..., Any] = self.custom.list_cluster_custom_object
+        args: tuple[str, ...] = (GROUP, VERSION, PLURAL)
+        if namespace is not None:
+            call = self.custom.list_namespaced_custom_object
+            args = (GROUP, VERSION, namespace, PLURAL)
+        items: list[Json] = self._json(
+            f"listing InferenceSLAs in {namespace or 'every namespace'}", call, *args
+        )["items"]
+        return items
+
+    def list_nodes(self, label_selector: str) -> list[Json]:
+        items: list[Json] = self._json(
+            "listing nodes", self.core.list_node, label_selector=label_selector
+        )["items"]
+        return items
+
+    def get_resource_quota(self, namespace: str, name: str) -> Json:
+        return self._json(
+            f"reading ResourceQuota {namespace}/{name}",
+            self.core.read_namespaced_resource_quota, name, namespace,
         )  # fmt: skip

@@ -31,6 +31,9 @@ tokens), not requests, so the model survives a change of the prompt/output mix.
   so that windows all at one load still give a usable, cautious model; the residual is
   the fit's uncertainty.
 - `replicas_for` finds the fewest replicas whose predicted latencies meet the targets.
+- `ReplicaWorth` is what replicas are worth to one fleet: the TTFT the model predicts for
+  its load at any replica count (so at one replica more or less), and the gain of one more
+  replica; a shared GPU pool (`policy.pool`) grants replicas where they gain the most.
 
 Pure; called by the policy.
 """
@@ -204,3 +207,45 @@ def replicas_for(
         if model.meets(total_work / replicas, replicas, ttft_target_ms, itl_target_ms):
             return replicas
     return None
+
+
+@dataclass(frozen=True)
+class ReplicaWorth:
+    """What replicas are worth to one fleet: its predicted TTFT for a load, by replica count.
+
+    `work` is the total load to carry (tokens/s); the curve is the fitted TTFT one. Past
+    saturation (the load over the fleet's capacity) the TTFT is unbounded: +inf. Between
+    `MAX_UTILISATION` and saturation the model's own formula is used without its cap, so
+    the worth of a replica keeps growing as the fleet nears saturation.
+    """
+
+    work: float  # tokens/s the fleet carries
+    capacity: float  # W_max, tokens/s per replica
+    floor_ms: float  # I: the TTFT of an idle fleet
+    slope_ms: float  # b: the weight of contention
+    objective_ms: float  # the TTFT objective, to compare gains across fleets
+
+    @classmethod
+    def of(cls, model: LatencyModel, work: float, objective_ms: float) -> ReplicaWorth:
+        return cls(work, model.capacity, model.ttft.floor, model.ttft.slope, objective_ms)
+
+    def ttft_ms(self, replicas: int) -> float:
+        """The TTFT percentile predicted with `replicas` replicas sharing the load."""
+        if replicas < 1 or self.capacity <= 0:
+            return math.inf
+        u = max(self.work, 0.0) / (replicas * self.capacity)
+        if u >= 1.0:
+            return math.inf
+        return self.floor_ms + self.slope_ms * u / (1.0 - u) / math.sqrt(replicas)
+
+    def around(self, replicas: int) -> tuple[float, float, float]:
+        """The predicted TTFT with one replica fewer, as many, and one more."""
+        return self.ttft_ms(replicas - 1), self.ttft_ms(replicas), self.ttft_ms(replicas + 1)
+
+    def gain(self, replicas: int) -> float:
+        """What the `replicas`-th replica takes off the TTFT, as a share of the objective;
+        +inf when the fleet without it is saturated (it is needed before any TTFT exists)."""
+        before, after = self.ttft_ms(replicas - 1), self.ttft_ms(replicas)
+        if math.isinf(before):
+            return math.inf
+        return max(0.0, before - after) / self.objective_ms

@@ -15,8 +15,10 @@
    the rule (`policy.rules`), which proposes replicas (sized for the load: `policy.sizing`)
    and knob values, each with its reason.
 6. **Steps** (`policy.steps`) — bounds → GPU capacity → rate limit → starting pods →
-   scale-up cooldown → stabilization for replicas; at the capacity limit a larger max batch
-   size; then the knob gate (rollout, cooldown, capacity to roll with).
+   scale-up cooldown → stabilization → a shared GPU pool's grant for replicas; at the
+   capacity limit a larger max batch size; then the knob gate (rollout, cooldown, capacity
+   to roll with). The pool's grant (`PolicyState.grant`, from `policy.pool`) also holds
+   when there is no window to decide on: a share given to another member is given up.
 7. **Decision** — the changes, each with the reason that made it; the decision's reason
    code is its largest change's (replicas before knobs, and a surge after the knob it
    serves), or the step that held a change back.
@@ -30,6 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from slascaler.model.latency import ReplicaWorth
 from slascaler.model.observation import Observation
 from slascaler.model.regime import Regime, RegimeAnalysis, analyze_observation
 from slascaler.policy import steps
@@ -57,6 +60,7 @@ _PRIORITY = {
     Reason.RAISE_BATCH_AT_CAPACITY: 2,
     Reason.SURGE_FOR_ROLLOUT: 3,
     Reason.DROP_PENDING_PODS: 3,
+    Reason.PREEMPTED: 1,
 }
 
 
@@ -79,6 +83,8 @@ class _Outcome:
     wanted: int | None = None
     sustainable: float | None = None
     replicas_frozen: str | None = None  # why replicas may not be written now (back-off)
+    held: int | None = None
+    worth: ReplicaWorth | None = None
 
     def hold(self, limit: steps.Limit) -> None:
         self.holds.append(limit)
@@ -142,6 +148,8 @@ class _Outcome:
             analysis=self.analysis,
             wanted_replicas=self.wanted,
             sustainable_rate=self.sustainable,
+            held_replicas=self.held,
+            worth=self.worth,
         )
 
 
@@ -194,6 +202,7 @@ def decide(
             code, condition_reason, message = problem
             out.set("MetricsAvailable", Status.FALSE, condition_reason, message)
             out.hold(steps.Limit(code, message))
+        _budget(out, out.replicas, None)
         return out.finish()
     out.set("MetricsAvailable", Status.TRUE, "Available", "")
     analysis = analyze_observation(
@@ -208,6 +217,7 @@ def decide(
     if analysis.regime is Regime.UNKNOWN:
         out.set("SLAMet", Status.UNKNOWN, "TooFewRequests", analysis.explanation)
         out.hold(steps.Limit(Reason.HOLD_TOO_FEW_REQUESTS, analysis.explanation))
+        _budget(out, out.replicas, None)
         return out.finish()
 
     load = window_load(observation, tunables.use_short_window)
@@ -219,13 +229,15 @@ def decide(
     if sizing is not None:
         memory = replace(memory, forecast=memory.forecast or sizing.forecast)
         out.sustainable = sustainable_rate(sizing, load) if load is not None else None
+        if sizing.model is not None:
+            out.worth = ReplicaWorth.of(sizing.model, sizing.load, spec.ttft.threshold_ms)
     regime = _regime(analysis, sizing)
     out.regime = regime
     out.texts.append(_explanation(analysis, regime))
     _judge_sla(out, analysis)
     ctx = Context(
         spec, fleet, memory, observation, analysis, load, sizing, now, tunables,
-        out.replicas, dict(out.knobs), regime,
+        out.replicas, dict(out.knobs), regime, state.grant,
     )  # fmt: skip
     proposal = RULES[regime](ctx)
     for reason, text in proposal.holds:
@@ -418,6 +430,14 @@ def _replicas(
             out.texts.append(limit.text)
         else:
             out.hold(limit)
+    need = spec.replicas.clamp(proposal.wanted) if proposal.wanted is not None else None
+    # What its own rules keep: the highest count recommended over the stabilization window
+    # (a shared GPU pool protects what this SLA took while it is that high).
+    recent = max((r.replicas for r in memory.recommendations), default=target)
+    out.held = spec.replicas.clamp(max(target, recent, need if need is not None else target))
+    before = target
+    target = _budget(out, target, need)
+    capped = capped or target < before or (need is not None and need > target)
     if target != out.replicas:
         out.replicas = target
         out.reasons["replicas"] = proposal.replicas_reason if proposal.replicas_reason in (
@@ -452,3 +472,34 @@ def _replicas(
         out.reasons["replicas"] = gate.replicas_reason
         out.texts.append(gate.note)
     out.memory = memory
+
+
+def _budget(out: _Outcome, target: int, need: int | None) -> int:
+    """Apply a shared GPU pool's grant (`steps.budget`) and set the Preempted condition.
+
+    Outside any pool it does nothing, so an SLA in no pool decides exactly as before.
+    """
+    grant = out.state.grant
+    if grant is None:
+        return target
+    if grant.preemption is not None:
+        takers = ", ".join(grant.preempted_by)
+        message = f"pool {grant.pool} gave replicas of this SLA to {takers}: {grant.message}"
+        out.set("Preempted", Status.TRUE, str(grant.preemption), message)
+    else:
+        out.set("Preempted", Status.FALSE, "NotPreempted", f"pool {grant.pool}")
+    current = out.state.fleet.spec_replicas
+    capped, limit = steps.budget(out.spec, current, target, need, grant)
+    if limit is None:
+        return capped
+    if limit.reason is Reason.PREEMPTED:
+        out.texts.append(limit.text)
+        if limit.condition is not None:
+            kind, reason = limit.condition
+            out.set(kind, Status.TRUE, reason, limit.text)
+        if capped != out.replicas:
+            out.replicas = capped
+            out.reasons["replicas"] = Reason.PREEMPTED
+    else:
+        out.hold(limit)
+    return capped

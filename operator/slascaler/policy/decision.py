@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from slascaler.model.latency import ReplicaWorth
 from slascaler.model.regime import Regime, RegimeAnalysis
 from slascaler.policy.knobs import KnobName
 from slascaler.policy.reasons import PACING, Reason
@@ -55,6 +56,10 @@ class Decision:
     calls for before the limits (rate, GPUs, starting pods, stabilization, bounds).
     `memory_if_applied` is the memory to carry forward once the changes are made;
     `memory_if_held` the one to carry when they are not (Recommend mode, a failed write).
+    For a shared GPU pool (`policy.pool`): `held_replicas` is the highest count recommended
+    over the scale-down stabilization window (at least `wanted_replicas`: what the SLA's own
+    rules keep), and `worth` what a replica more or less is worth (the TTFT the latency
+    model predicts for the load).
     """
 
     regime: Regime
@@ -70,6 +75,12 @@ class Decision:
     analysis: RegimeAnalysis | None = None
     wanted_replicas: int | None = None
     sustainable_rate: float | None = None  # requests/s one replica serves within the SLA
+    held_replicas: int | None = None  # highest recommended over the window (≥ wanted)
+    worth: ReplicaWorth | None = None  # predicted TTFT by replica count, for the load
+
+    def ttft_around(self, replicas: int) -> tuple[float, float, float] | None:
+        """Predicted TTFT with one replica fewer, `replicas`, and one more (None: no model)."""
+        return self.worth.around(replicas) if self.worth is not None else None
 
     @property
     def acts(self) -> bool:

@@ -27,6 +27,8 @@ class Reason(StrEnum):
     RAISE_BATCH_AT_CAPACITY = "RaiseBatchAtCapacity"
     SURGE_FOR_ROLLOUT = "SurgeForRollout"
     DROP_PENDING_PODS = "DropPendingPods"
+    # A shared GPU pool (GPUPool) gave this SLA's replicas to another member.
+    PREEMPTED = "Preempted"
     # Holds with a cause of their own (each is an Event when it starts).
     HOLD_CONFLICT = "HoldConflict"
     HOLD_SCALED_TO_ZERO = "HoldScaledToZero"
@@ -45,6 +47,8 @@ class Reason(StrEnum):
     HOLD_NO_ITL_HEADROOM = "HoldNoITLHeadroom"
     HOLD_NO_ROLLOUT_ROOM = "HoldNoRolloutRoom"
     HOLD_SHORT_OF_CAPACITY = "HoldShortOfCapacity"
+    # A shared GPU pool grants no more replicas (yet): the budget is exhausted.
+    BUDGET_EXHAUSTED = "BudgetExhausted"
     # Holds that pace an earlier action (status only).
     HOLD_PODS_STARTING = "HoldPodsStarting"
     HOLD_SCALE_UP_COOLDOWN = "HoldScaleUpCooldown"

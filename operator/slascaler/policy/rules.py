@@ -29,6 +29,7 @@ from slascaler.model.chunking import candidate_chunk_sizes, choose_chunk_size, e
 from slascaler.model.observation import Observation
 from slascaler.model.regime import Regime, RegimeAnalysis
 from slascaler.policy.learning import WindowLoad
+from slascaler.policy.pool import PoolGrant
 from slascaler.policy.reasons import Reason
 from slascaler.policy.sizing import Sizing
 from slascaler.policy.state import FleetState, PolicyMemory
@@ -52,6 +53,13 @@ class Context:
     replicas: int  # the count after bounds: the rules' starting point
     knobs: Mapping[str, int | None]  # knob values after bounds
     regime: Regime = Regime.UNKNOWN
+    grant: PoolGrant | None = None  # the share of a shared GPU pool, if in one
+
+    def replica_ceiling(self) -> int:
+        """The most replicas the SLA may run: spec.replicas.max, or a pool's grant."""
+        if self.grant is None:
+            return self.spec.replicas.max
+        return self.spec.replicas.clamp(min(self.spec.replicas.max, self.grant.allowed))
 
     def running_per_pod(self) -> float:
         return self.observation.running / max(1, self.observation.reporting_pods)

@@ -6,6 +6,9 @@ targeting it, someone else resetting its replicas, a rollout slascaler did not s
 `PolicyMemory` is the policy's own record, carried from one decision to the next by the
 caller (persisted in the InferenceSLA's status so a restarted operator resumes it).
 
+`PolicyState.grant` is this SLA's share of a shared GPU pool (`policy.pool`), None outside
+any pool.
+
 Built by the operator's fleet reader (`kube.fleet`) and the status (the memory is kept in the
 InferenceSLA's status); read by `policy.decide`.
 """
@@ -16,6 +19,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from slascaler.model.latency import LoadPoint
+from slascaler.policy.pool import PoolGrant
 
 DEFAULT_MAX_UNAVAILABLE = "25%"  # a Deployment's rolling update when its spec says nothing
 DEFAULT_MAX_SURGE = "25%"
@@ -140,3 +144,4 @@ class PolicyMemory:
 class PolicyState:
     fleet: FleetState
     memory: PolicyMemory = field(default_factory=PolicyMemory)
+    grant: PoolGrant | None = None  # the share of a shared GPU pool; None outside any pool

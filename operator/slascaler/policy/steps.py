@@ -13,11 +13,15 @@ changes) so far and returns it, possibly limited, with a `Limit` naming why:
 6. `stabilization` — scale down only to the highest count recommended over
    `scaleDownStabilization`, once that much history exists and that long after a scale-up,
    with no pod starting, at most half the replicas at a time;
-7. `knob_gate` — engine flags change (a rolling restart) only outside a rollout, with no pod
+7. `budget` — within a shared GPU pool, at most the replicas the pool allows this SLA now
+   (`policy.pool`); applied after stabilization, so a share the pool gave to another member
+   is given up at once (preempted), and never below `spec.replicas.min`;
+8. `knob_gate` — engine flags change (a rolling restart) only outside a rollout, with no pod
    starting, after the knob cooldown, and not while the fleet is still short of replicas; the
    rollout keeps its capacity: Pending pods are dropped first at GPU capacity (they would
    block it), and otherwise pods are added for the rollout (a surge of the Deployment's
-   maxUnavailable) so that the pods it takes down are replaced beforehand.
+   maxUnavailable) so that the pods it takes down are replaced beforehand (within the pool's
+   grant).
 
 Pure; called by `policy.decide`.
 """
@@ -29,9 +33,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from slascaler.model.batching import largest_batch_within
+from slascaler.policy.pool import PoolGrant
 from slascaler.policy.reasons import Reason
 from slascaler.policy.rules import Context, trusted_batch_fit
 from slascaler.policy.state import PolicyMemory
+from slascaler.spec import SLASpec
 
 
 @dataclass(frozen=True)
@@ -175,6 +181,34 @@ def stabilization(ctx: Context, wanted: int, memory: PolicyMemory) -> tuple[int,
     )
 
 
+def budget(
+    spec: SLASpec, current: int, wanted: int, need: int | None, grant: PoolGrant | None
+) -> tuple[int, Limit | None]:
+    """A shared GPU pool's grant: at most `grant.allowed` replicas, never below replicas.min.
+
+    `wanted` is the count so far (after stabilization), `need` what the load calls for. A
+    cap below the current count is a preemption (the change's reason); a cap below the need
+    is a hold with CapacityLimited/BudgetExhausted, saying who has the GPUs.
+    """
+    if grant is None:
+        return wanted, None
+    cap = spec.replicas.clamp(grant.allowed)
+    short = need is not None and spec.replicas.clamp(need) > cap
+    condition = ("CapacityLimited", "BudgetExhausted") if short else None
+    why = f"pool {grant.pool} grants {grant.granted} replicas" + (
+        f" ({grant.message})" if grant.message else ""
+    )
+    if not grant.acting:
+        why += " [not applied: it reports only]"
+    if cap < current and wanted > cap:
+        return cap, Limit(Reason.PREEMPTED, f"replicas {current}→{cap}: {why}", condition)
+    if wanted > cap:
+        return cap, Limit(Reason.BUDGET_EXHAUSTED, why, condition)
+    if short:  # the load wants more than the grant, though other steps hold it lower now
+        return wanted, Limit(Reason.BUDGET_EXHAUSTED, why, condition)
+    return wanted, None
+
+
 def batch_at_capacity(ctx: Context) -> tuple[int | None, Limit | None]:
     """At the replica limit: a larger max batch size, if the batch limit is what binds."""
     bounds, current = ctx.spec.max_batch_size, ctx.knobs.get("maxBatchSize")
@@ -265,7 +299,7 @@ def knob_gate(
             "rollout would take capacity away",
         ))  # fmt: skip
     surge = fleet.max_unavailable
-    room = ctx.spec.replicas.max - replicas
+    room = ctx.replica_ceiling() - replicas
     if (
         memory.gpu_limit is not None
         and memory.gpu_limit_at is not None
