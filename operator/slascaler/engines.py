@@ -1,11 +1,12 @@
-"""What slascaler knows of each inference engine: metric names, histogram buckets, flags.
+"""What slascaler knows of each inference engine: histogram buckets and flags.
 
-One table per engine (vLLM v1, SGLang, TGI), from each engine's own source: the metric
-names the Prometheus source queries, the buckets the simulator exports (vLLM's exactly), and
-the command-line flags the actuation layer rewrites. No vLLM metric exposes the max batch or
-chunk size, so these are read from (and written to) the Deployment's container args.
+One table per engine (vLLM v1, SGLang, TGI), from each engine's own source: the buckets the
+simulator exports (vLLM's exactly), and the command-line flags the actuation layer rewrites.
+No vLLM metric exposes the max batch or chunk size, so these are read from (and written to)
+the Deployment's container args. The series slascaler reads, per engine and release, are in
+`engine_metrics`.
 
-Read by the metric sources, the actuation layer and the simulator; pure data.
+Read by the actuation layer and the simulator; pure data.
 """
 
 from __future__ import annotations
@@ -45,61 +46,31 @@ def vllm_token_buckets(max_model_len: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class EngineFlavour:
-    """Metric names (None: the engine has no such series) and flag names of one engine."""
+    """Flag names of one engine."""
 
-    ttft: str | None
-    queue_time: str | None
-    prefill_time: str | None
-    inter_token: str | None
-    prompt_tokens: str | None
-    waiting: str
-    running: str
     max_batch_flag: str
     chunk_flag: str
     default_max_batch: int
     default_chunk: int
-    prefill_label_filter: str = ""  # extra matcher for engines that label one histogram
 
 
 ENGINES: Final[dict[Engine, EngineFlavour]] = {
     Engine.VLLM: EngineFlavour(
-        ttft="vllm:time_to_first_token_seconds",
-        queue_time="vllm:request_queue_time_seconds",
-        prefill_time="vllm:request_prefill_time_seconds",
-        inter_token="vllm:inter_token_latency_seconds",
-        prompt_tokens="vllm:request_prompt_tokens",
-        waiting="vllm:num_requests_waiting",
-        running="vllm:num_requests_running",
         max_batch_flag="--max-num-seqs",
         chunk_flag="--max-num-batched-tokens",
         default_max_batch=256,
         default_chunk=8192,
     ),
     Engine.SGLANG: EngineFlavour(
-        ttft="sglang:time_to_first_token_seconds",
-        queue_time="sglang:queue_time_seconds",
-        prefill_time=None,
-        inter_token="sglang:inter_token_latency_seconds",
-        prompt_tokens=None,
-        waiting="sglang:num_queue_reqs",
-        running="sglang:num_running_reqs",
         max_batch_flag="--max-running-requests",
         chunk_flag="--chunked-prefill-size",
         default_max_batch=256,
         default_chunk=8192,
     ),
     Engine.TGI: EngineFlavour(
-        ttft=None,
-        queue_time="tgi_request_queue_duration",
-        prefill_time="tgi_batch_forward_duration",
-        inter_token="tgi_request_mean_time_per_token_duration",
-        prompt_tokens="tgi_request_input_length",
-        waiting="tgi_queue_size",
-        running="tgi_batch_current_size",
         max_batch_flag="--max-batch-size",
         chunk_flag="--max-batch-prefill-tokens",
         default_max_batch=256,
         default_chunk=4096,
-        prefill_label_filter='method="prefill"',
     ),
 }

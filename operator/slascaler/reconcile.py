@@ -45,6 +45,7 @@ from slascaler.metrics.source import MetricSource
 from slascaler.policy import Change, Condition, Decision, PolicyState, Tunables, decide
 from slascaler.policy.decide import DEFAULT_TUNABLES
 from slascaler.policy.decision import Status
+from slascaler.resolution import objective_resolvable
 from slascaler.spec import Mode, SLASpec, SpecError, parse_spec
 from slascaler.status import (
     PendingAction,
@@ -61,7 +62,7 @@ from slascaler.telemetry import Telemetry
 
 log = logging.getLogger("slascaler.reconcile")
 
-NOT_EVALUATED = ("SLAMet", "MetricsAvailable", "CapacityLimited", "Conflict")
+NOT_EVALUATED = ("SLAMet", "MetricsAvailable", "CapacityLimited", "Conflict", "ObjectiveResolvable")
 
 
 @dataclass(frozen=True)
@@ -117,11 +118,12 @@ class Reconciler:
 
     # -- the pipeline -------------------------------------------------------------------
 
-    def reconcile(self, sla: Json) -> Evaluation:
+    def reconcile(self, sla: Json, source: MetricSource | None = None) -> Evaluation:
+        """One evaluation; `source` (e.g. a batch's answers) replaces `self.source` once."""
         with self.telemetry.duration.time():
-            return self._reconcile(sla)
+            return self._reconcile(sla, source or self.source)
 
-    def _reconcile(self, sla: Json) -> Evaluation:
+    def _reconcile(self, sla: Json, source: MetricSource) -> Evaluation:
         meta = sla["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         previous: Mapping[str, Any] = sla.get("status") or {}
@@ -166,15 +168,17 @@ class Reconciler:
                     "failed): nothing was changed"
                 )
 
-        observation = self.source.observe(namespace, spec, now)
+        observation = source.observe(namespace, spec, now)
         if observation.source_error is not None:
             self.telemetry.errors.labels("metrics").inc()
         decision = decide(spec, observation, PolicyState(view.state, memory), now, self.tunables)
-        notes += observation.derived
+        notes += observation.derived + observation.notes
 
         auto = spec.mode is Mode.AUTO and not self.dry_run
         memory_out = decision.memory_if_held
         conditions = {c.type: c for c in decision.conditions}
+        # Whether the engine's buckets can tell if the objectives are met (metrics side).
+        conditions["ObjectiveResolvable"] = objective_resolvable(spec, observation)
         reason_code, reason = decision.reason_code, decision.reason
         outcome = _Outcome(last_action=last_action)
         if decision.acts and auto:
