@@ -15,8 +15,18 @@ Names follow Prometheus conventions (`slascaler_` prefix, base units, `_total` c
 | slascaler_itl_seconds / slascaler_itl_objective_seconds | gauge | namespace, name |
 | slascaler_replicas | gauge | namespace, name, kind (current, recommended) |
 | slascaler_build_info | gauge | version |
+| slascaler_evaluations_due | gauge (due, not started yet) | — |
+| slascaler_evaluations_running | gauge | — |
+| slascaler_evaluation_oldest_due_seconds | gauge (how long the oldest due one waits) | — |
+| slascaler_evaluation_lateness_seconds | histogram (start − due time) | — |
+| slascaler_evaluations_deadline_exceeded_total | counter (ran past their deadline) | — |
+| slascaler_evaluation_batch_size | histogram (InferenceSLAs per batch of queries) | — |
+| slascaler_prometheus_queries_total | counter | outcome (ok, error, timeout) |
+| slascaler_prometheus_query_duration_seconds | histogram | — |
 
-Created by `slascaler run`; written by `reconcile`; served on the metrics port.
+Created by `slascaler run`; written by `reconcile`, the evaluation cycle (`cycle`: the queue
+of due evaluations and their lateness) and the Prometheus client (queries); served on the
+metrics port.
 """
 
 from __future__ import annotations
@@ -81,9 +91,52 @@ class Telemetry:
             "slascaler_replicas", "Replicas of the target: current and recommended.",
             [*SLA_LABELS, "kind"], registry=r,
         )  # fmt: skip
+        self.due = Gauge(
+            "slascaler_evaluations_due", "Evaluations due and not started yet.", registry=r
+        )
+        self.running = Gauge(
+            "slascaler_evaluations_running", "Evaluations running now.", registry=r
+        )
+        self.oldest_due = Gauge(
+            "slascaler_evaluation_oldest_due_seconds",
+            "How long the oldest evaluation due and not started has waited.",
+            registry=r,
+        )
+        self.lateness = Histogram(
+            "slascaler_evaluation_lateness_seconds",
+            "Time from an evaluation falling due to its start.",
+            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120),
+            registry=r,
+        )
+        self.deadline_exceeded = Counter(
+            "slascaler_evaluations_deadline_exceeded_total",
+            "Evaluations that ran past their deadline.",
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "slascaler_evaluation_batch_size",
+            "InferenceSLAs evaluated from one batch of Prometheus queries.",
+            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
+            registry=r,
+        )
+        self.queries = Counter(
+            "slascaler_prometheus_queries_total", "Prometheus queries, by outcome.",
+            ["outcome"], registry=r,
+        )  # fmt: skip
+        self.query_duration = Histogram(
+            "slascaler_prometheus_query_duration_seconds",
+            "Time of one Prometheus query, retries included.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
         Gauge("slascaler_build_info", "slascaler's version.", ["version"], registry=r).labels(
             __version__
         ).set(1)
+
+    def query_done(self, seconds: float, outcome: str) -> None:
+        """A Prometheus query ended (the client's observer)."""
+        self.queries.labels(outcome).inc()
+        self.query_duration.observe(seconds)
 
     def serve(self, port: int, address: str) -> None:
         start_http_server(port, addr=address, registry=self.registry)

@@ -185,7 +185,10 @@ class PrometheusClient:
             try:
                 status, body, headers = self._send(promql, at, timeout)
             except urllib3.exceptions.TimeoutError:
-                last = f"timed out after {timeout:.1f} s"
+                capped = timeout < settings.timeout_s
+                last = f"timed out after {timeout:.1f} s" + (
+                    ", at this evaluation's deadline" if capped else ""
+                )
             except urllib3.exceptions.HTTPError as error:
                 last = f"{type(error).__name__}: {error}"
             else:

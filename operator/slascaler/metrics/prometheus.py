@@ -34,8 +34,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from slascaler.engine_metrics import ENGINE_METRICS, EngineMetrics
@@ -81,8 +81,9 @@ class PrometheusSettings:
     # Read the chart's recording rules where Prometheus has them; how often to look.
     recording_rules: bool = True
     rules_refresh_s: float = 300.0
-    # Queries of one batch sent at once.
-    parallel_queries: int = 6
+    # Queries in flight at most (threads are made as needed): enough that the queries of a
+    # stalled (engine, window) group never hold back another group's.
+    parallel_queries: int = 64
 
 
 @dataclass(frozen=True)
@@ -97,33 +98,81 @@ class Target:
 GroupKey = tuple[Engine, float]  # (engine, window in seconds): what one query set reads
 
 
-@dataclass
 class _Group:
-    namespaces: frozenset[str]
-    answers: TargetAnswers | None = None
-    error: str | None = None
+    """One (engine, window)'s queries in flight, and their answers once all are in."""
+
+    def __init__(self, metrics: EngineMetrics, labels: tuple[str, str]) -> None:
+        self.metrics = metrics
+        self.labels = labels
+        self.namespaces: frozenset[str] = frozenset()
+        self.futures: dict[str, Future[list[Sample]]] = {}
+        self._lock = threading.Lock()
+        self._answers: TargetAnswers | None = None
+        self._error: str | None = None
+        self._done = False
+
+    def result(self, timeout: float) -> tuple[TargetAnswers | None, str | None]:
+        """(answers, None), or (None, why not), waiting at most `timeout` seconds."""
+        with self._lock:
+            if self._done:
+                return self._answers, self._error
+        _, late = wait(list(self.futures.values()), timeout=max(0.0, timeout))
+        if late:
+            return None, "no answer within this evaluation's deadline"
+        with self._lock:
+            if not self._done:
+                self._answers, self._error = self._read()
+                self._done = True
+            return self._answers, self._error
+
+    def _read(self) -> tuple[TargetAnswers | None, str | None]:
+        results: dict[str, list[Sample]] = {}
+        for name, future in self.futures.items():
+            try:
+                results[name] = future.result()
+            except QueryFailed as error:
+                what = "the gauges" if name == "gauges" else f"the {name} histograms"
+                return None, f"asking for {what}: {error}"
+        try:
+            return (
+                TargetAnswers(
+                    families={
+                        name: FamilyAnswer(results[name], *self.labels)
+                        for name in self.metrics.histograms
+                    },
+                    gauges=GaugeAnswer(results["gauges"], *self.labels),
+                ),
+                None,
+            )
+        except Malformed as error:
+            return None, f"an answer the queries sent could not produce: {error}"
 
 
 @dataclass
 class Snapshot:
-    """A batch's answers, at one instant; each target's Observation on demand."""
+    """A batch's queries, sent at one instant; each target's Observation on demand, waiting
+    only for its own (engine, window)'s answers."""
 
     at: float
     url: str
     labels: tuple[str, str]
     groups: dict[GroupKey, _Group] = field(default_factory=dict)
     queries: int = 0
+    monotonic: Callable[[], float] = time.monotonic
 
     def covers(self, target: Target) -> bool:
         group = self.groups.get(_key(target.spec))
         return group is not None and target.namespace in group.namespaces
 
-    def observe(self, target: Target) -> Observation:
-        """The target's Observation; it must be covered (`covers`)."""
+    def observe(self, target: Target, deadline: float | None = None) -> Observation:
+        """The target's Observation (it must be covered), waiting for the answers until
+        `deadline` (monotonic; None: as long as they take)."""
         spec = target.spec
         group = self.groups[_key(spec)]
-        if group.error is not None or group.answers is None:
-            return _failed(self.at, spec.window_s, f"Prometheus at {self.url}: {group.error}")
+        timeout = 3600.0 if deadline is None else deadline - self.monotonic()
+        answers, error = group.result(timeout)
+        if answers is None:
+            return _failed(self.at, spec.window_s, f"Prometheus at {self.url}: {error}")
         selector = _selector(target, self.labels)
         request = Request(
             namespace=target.namespace,
@@ -132,8 +181,7 @@ class Snapshot:
             window_s=spec.window_s,
             need_itl=spec.itl is not None,
         )
-        metrics = ENGINE_METRICS[spec.engine]
-        return observation_for(metrics, group.answers, request, self.at, self.labels)
+        return observation_for(group.metrics, answers, request, self.at, self.labels)
 
 
 def _key(spec: SLASpec) -> GroupKey:
@@ -198,7 +246,7 @@ class PrometheusSource:
     ) -> Observation:
         deadline = deadline if deadline is not None else self.clock() + self.settings.deadline_s
         snapshot = self.fetch([target], now, deadline, narrow=True)
-        return snapshot.observe(target)
+        return snapshot.observe(target, deadline)
 
     # -- batches --------------------------------------------------------------------------
 
@@ -208,81 +256,59 @@ class PrometheusSource:
         """Every target's window from one batch of queries."""
         deadline = deadline if deadline is not None else self.clock() + self.settings.deadline_s
         snapshot = self.fetch(targets, now, deadline)
-        return [snapshot.observe(target) for target in targets]
+        return [snapshot.observe(target, deadline) for target in targets]
 
     def fetch(
         self, targets: Iterable[Target], now: float, deadline: float, narrow: bool = False
     ) -> Snapshot:
-        """One query per metric family for each (engine, window) among `targets`, over their
-        namespaces (`narrow`: a single target's pods only), all sent at once."""
-        snapshot = Snapshot(now, self.settings.url, self.labels)
+        """Send one query per metric family for each (engine, window) among `targets`, over
+        their namespaces (`narrow`: a single target's pods only), all at once; the Snapshot
+        waits for each group's answers only when a target of that group is observed."""
+        snapshot = Snapshot(now, self.settings.url, self.labels, monotonic=self.clock)
         narrowed: dict[GroupKey, Target] = {}
         for target in targets:
             key = _key(target.spec)
-            group = snapshot.groups.setdefault(key, _Group(frozenset()))
+            group = snapshot.groups.setdefault(key, _Group(ENGINE_METRICS[key[0]], self.labels))
             group.namespaces = group.namespaces | {target.namespace}
             narrowed[key] = target
-        recorded = self._recorded_series(deadline)
-        jobs = []
+        recorded = self._recorded_series()
         for key, group in snapshot.groups.items():
-            metrics = ENGINE_METRICS[key[0]]
             if narrow:
                 scope = _selector(narrowed[key], self.labels).scope()
             else:
                 scope = Scope(tuple(sorted(group.namespaces)), *self.labels)
             queries = {
                 name: family_query(family, scope, key[1], recorded)
-                for name, family in metrics.histograms.items()
+                for name, family in group.metrics.histograms.items()
             }
-            queries["gauges"] = gauges_query(metrics, scope, key[1])
-            jobs.append((key, metrics, queries))
-        futures = {
-            (key, name): self._pool.submit(self.client.query, query, now, deadline)
-            for key, _, queries in jobs
-            for name, query in queries.items()
-        }
-        snapshot.queries = len(futures)
-        for key, metrics, queries in jobs:
-            group = snapshot.groups[key]
-            results: dict[str, list[Sample]] = {}
-            for name in queries:
-                try:
-                    results[name] = futures[(key, name)].result()
-                except QueryFailed as error:
-                    what = "gauges" if name == "gauges" else f"the {name} histograms"
-                    group.error = group.error or f"asking for {what}: {error}"
-            if group.error is None:
-                try:
-                    group.answers = self._answers(metrics, results)
-                except Malformed as error:
-                    group.error = f"an answer the queries sent could not produce: {error}"
+            queries["gauges"] = gauges_query(group.metrics, scope, key[1])
+            for name, query in queries.items():
+                group.futures[name] = self._pool.submit(self.client.query, query, now, deadline)
+            snapshot.queries += len(queries)
         return snapshot
-
-    def _answers(
-        self, metrics: EngineMetrics, results: Mapping[str, list[Sample]]
-    ) -> TargetAnswers:
-        return TargetAnswers(
-            families={
-                name: FamilyAnswer(results[name], *self.labels) for name in metrics.histograms
-            },
-            gauges=GaugeAnswer(results["gauges"], *self.labels),
-        )
 
     # -- recording rules ------------------------------------------------------------------
 
-    def _recorded_series(self, deadline: float) -> frozenset[str]:
-        """The `slascaler:` series Prometheus records, looked up every few minutes."""
+    def _recorded_series(self) -> frozenset[str]:
+        """The `slascaler:` series Prometheus records, as last looked up; looked up again
+        in the background every few minutes (never on a batch's critical path)."""
         if not self.settings.recording_rules:
             return frozenset()
         now = self.clock()
         with self._rules_lock:
             checked = self._rules_checked_at
-            if checked is not None and now - checked < self.settings.rules_refresh_s:
-                return self._recorded
-            self._rules_checked_at = now
+            due = checked is None or now - checked >= self.settings.rules_refresh_s
+            if due:
+                self._rules_checked_at = now
+            recorded = self._recorded
+        if due:
+            self._pool.submit(self._look_up_rules, now + min(5.0, self.settings.timeout_s))
+        return recorded
+
+    def _look_up_rules(self, deadline: float) -> None:
         names: set[str] = set()
         try:
-            data = self.client.get_json("/api/v1/rules?type=record", min(deadline, now + 2.0))
+            data = self.client.get_json("/api/v1/rules?type=record", deadline)
             for group in (data or {}).get("groups") or []:
                 for rule in group.get("rules") or []:
                     name = rule.get("name") if isinstance(rule, dict) else None
@@ -290,9 +316,9 @@ class PrometheusSource:
                         names.add(name)
         except (QueryFailed, AttributeError, TypeError) as error:
             log.debug("recording rules not read (raw series are queried): %s", error)
+            return
         with self._rules_lock:
             self._recorded = frozenset(names)
-        return self._recorded
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
