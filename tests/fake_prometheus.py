@@ -156,6 +156,7 @@ class FakePrometheus:
     def __init__(self, behaviour: Behaviour, rules: Mapping[str, Any] | None = None) -> None:
         self.behaviour = behaviour
         self.queries: list[str] = []
+        self.params: list[Mapping[str, list[str]]] = []
         self.lock = threading.Lock()
         owner = self
 
@@ -168,6 +169,7 @@ class FakePrometheus:
                 query = params.get("query", [""])[0]
                 with owner.lock:
                     owner.queries.append(query)
+                    owner.params.append(params)
                     count = len(owner.queries)
                 self._send(owner.behaviour(query, count))
 

@@ -36,12 +36,12 @@ VARIABLES: Mapping[str, str] = {
     "SLASCALER_DRY_RUN": "true to treat every InferenceSLA as mode Recommend (default false)",
     "SLASCALER_MAX_CONCURRENT_EVALUATIONS": "evaluations run at once (default 16)",
     "SLASCALER_EVALUATION_TIMEOUT": (
-        "deadline of one evaluation's Prometheus queries, a duration (default 10s, at most "
-        "the reconcile interval)"
+        "deadline of one evaluation's Prometheus queries, a duration (default 10s or the "
+        "reconcile interval if shorter; at most the interval)"
     ),
     "SLASCALER_BATCH_WINDOW": (
         "how long InferenceSLAs falling due are gathered into one batch of queries, a "
-        "duration (default 1s)"
+        "duration (default 1s, or a quarter of a shorter interval)"
     ),
     "SLASCALER_RECORDING_RULES": (
         "true to read the chart's recording rules where Prometheus has them (default true)"
@@ -244,13 +244,13 @@ class Settings:
             raise SettingsError(
                 "SLASCALER_SELECTOR", f"{error}; write e.g. shard=a or tier in (gold,silver)"
             ) from None
-        timeout = duration("SLASCALER_EVALUATION_TIMEOUT", "10s")
+        timeout = duration("SLASCALER_EVALUATION_TIMEOUT", f"{min(10.0, interval):g}s")
         if not 0.1 <= timeout <= interval:
             raise SettingsError(
                 "SLASCALER_EVALUATION_TIMEOUT",
                 f"{timeout:g}s is outside [0.1s, the reconcile interval {interval:g}s]",
             )
-        window = duration("SLASCALER_BATCH_WINDOW", "1s")
+        window = duration("SLASCALER_BATCH_WINDOW", f"{min(1.0, interval / 4):g}s")
         if not 0 <= window <= interval / 2:
             raise SettingsError(
                 "SLASCALER_BATCH_WINDOW",

@@ -38,7 +38,7 @@ from slascaler.policy.state import (
 )
 from slascaler_sim.engine import Phase, Replica, Request
 from slascaler_sim.profiles import CostProfile
-from slascaler_sim.recorder import MetricRecorder
+from slascaler_sim.recorder import Layout, MetricRecorder
 from slascaler_sim.routing import least_outstanding, prefix_affinity
 
 ROUTERS = ("least-outstanding", "prefix-affinity", "round-robin")
@@ -65,6 +65,7 @@ class Fleet:
         gpu_limit: int | None = None,
         max_surge: int | str = DEFAULT_MAX_SURGE,
         max_unavailable: int | str = DEFAULT_MAX_UNAVAILABLE,
+        layout: Layout | None = None,
     ) -> None:
         if router not in ROUTERS:
             raise ValueError(f"unknown router {router!r}")
@@ -74,8 +75,10 @@ class Fleet:
         self.router = router
         self.now = start
         self.replicas: list[Replica] = []
+        # Buckets of the engine release exported (`recorder.LAYOUTS`); every recorder shares it.
+        self.layout: Layout = layout or {}
         # Metrics of stopped replicas, so totals never drop.
-        self.retired = MetricRecorder(profile.max_model_len)
+        self.retired = MetricRecorder(profile.max_model_len, self.layout)
         self.backlog: deque[Request] = deque()  # waiting at the router: no replica ready
         self.finished: list[Request] = []
         self.refused: list[Request] = []  # refused by a replica (HTTP 400), never served
@@ -176,7 +179,7 @@ class Fleet:
     def observation(self, window_s: float) -> Observation:
         """Increases over the last `window_s` seconds, as the Prometheus source reports them."""
         current = self.totals()
-        start_time, earlier = self.now, MetricRecorder(self.profile.max_model_len)
+        start_time, earlier = self.now, MetricRecorder(self.profile.max_model_len, self.layout)
         for time, recorded, _ in self._snapshots:
             if time <= self.now - window_s + 1e-9:
                 start_time, earlier = time, recorded
@@ -278,6 +281,8 @@ class Fleet:
             max_num_batched_tokens=settings.max_num_batched_tokens,
             ready_at=self.now if ready_now else self.now + self.startup_s,
         )
+        if self.layout:
+            replica.recorder = MetricRecorder(self.profile.max_model_len, self.layout)
         replica.recorder.gauge_time = self.now
         if ready_now:
             replica.handle_event(self.now)

@@ -4,6 +4,7 @@ exception, and the policy holds on it with the reason."""
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 
@@ -89,3 +90,11 @@ def test_long_batches_are_posted() -> None:
         observations = source.observe_many(targets, time.time())
         assert max(len(q) for q in prometheus.queries) > 8000
     assert all(o.ttft is not None and o.ttft.total == 40 for o in observations)
+
+
+def test_prometheus_is_told_the_deadline_in_a_duration_it_parses() -> None:
+    """Prometheus refuses `timeout=1.998s` (bad_data): whole milliseconds it takes."""
+    with fake_prometheus(serving([vllm_pod()])) as prometheus:
+        PrometheusSource(PrometheusSettings(prometheus.url)).observe("ns", make_spec(), time.time())
+    budgets = [p["timeout"][0] for p in prometheus.params]
+    assert budgets and all(re.fullmatch(r"[1-9][0-9]*ms", b) for b in budgets), budgets

@@ -222,7 +222,9 @@ class PrometheusClient:
         )
 
     def _send(self, promql: str, at: float, timeout: float) -> tuple[int, bytes, Mapping[str, str]]:
-        fields = {"query": promql, "time": f"{at:.3f}", "timeout": f"{max(0.001, timeout):.3f}s"}
+        # Prometheus parses `timeout` as a duration of whole units: milliseconds.
+        budget = f"{max(1, int(timeout * 1000))}ms"
+        fields = {"query": promql, "time": f"{at:.3f}", "timeout": budget}
         url = f"{self.base}/api/v1/query"
         request_timeout = urllib3.Timeout(connect=timeout, read=timeout)
         if len(promql) <= _GET_LIMIT:
