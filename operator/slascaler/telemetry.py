@@ -54,7 +54,10 @@ class Telemetry:
         self.duration = Histogram(
             "slascaler_reconcile_duration_seconds",
             "Time to evaluate one InferenceSLA (metrics, decision, actions, status).",
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            buckets=(
+                0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25,
+                0.5, 1, 2.5, 5, 10, 30,
+            ),  # fmt: skip
             registry=r,
         )
         self.decisions = Counter(

@@ -269,6 +269,17 @@ def recording_rules(
     return rules
 
 
+def recorded_catalog(families: tuple[HistogramFamily, ...]) -> list[dict[str, str]]:
+    """Every series whose increases the chart's PrometheusRule records: its name, matchers
+    and the slug of its recorded names (the chart's `files/recorded-series.json`)."""
+    catalog: dict[str, dict[str, str]] = {}
+    for family in families:
+        for series in family.series:
+            slug = series_slug(series)
+            catalog[slug] = {"name": series.name, "matchers": series.matchers, "slug": slug}
+    return [catalog[slug] for slug in sorted(catalog)]
+
+
 def _gauge_parts(gauge: GaugeFamily, scope: Scope, window_s: float) -> list[str]:
     window = duration(window_s)
     group = scope.group()
