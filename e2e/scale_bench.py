@@ -414,6 +414,7 @@ def run(
 ) -> list[Row]:
     bin_dir = ensure_binaries()
     workdir = Path(tempfile.mkdtemp(prefix="slascaler-scale-"))
+    keep = bool(os.environ.get("SCALE_BENCH_KEEP"))  # keep the operators' logs for a look
     rows: list[Row] = []
     exposition = Exposition()
     prometheus = BenchPrometheus(bin_dir / "prometheus", workdir / "prometheus", interval_s)
@@ -428,7 +429,8 @@ def run(
     finally:
         prometheus.stop()
         exposition.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(workdir, ignore_errors=True)
     return rows
 
 
@@ -468,6 +470,8 @@ class Bench:
         )  # fmt: skip
         started = time.time()
         operator.start()
+        pid = operator.service.pid if operator.service else 0
+        self.say(f"N={n}: operator started (pid {pid}, log {operator.log})")
         try:
             poll(
                 lambda: evaluated_ages(kube, started)[1] == 0,
@@ -488,6 +492,7 @@ def operator_env(prometheus_url: str, interval_s: float) -> dict[str, str]:
     return {
         "SLASCALER_PROMETHEUS_URL": prometheus_url,
         "SLASCALER_RECONCILE_INTERVAL": f"{interval_s:g}s",
+        "MALLOC_ARENA_MAX": "2",  # as the operator image sets it
     }
 
 

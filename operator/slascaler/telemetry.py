@@ -57,7 +57,7 @@ class Telemetry:
             buckets=(
                 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25,
                 0.5, 1, 2.5, 5, 10, 30,
-            ),  # fmt: skip
+            ),
             registry=r,
         )
         self.decisions = Counter(

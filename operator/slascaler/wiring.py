@@ -180,7 +180,11 @@ def run(settings: Settings) -> None:
     """Start the operator and block until it is stopped (SIGINT/SIGTERM)."""
     kopf.configure(verbose=settings.log_level == "DEBUG")
     logging.getLogger().setLevel(settings.log_level)
-    clients = Clients.from_config()
+    if settings.log_level != "DEBUG":
+        # Kopf logs every handler run per object ("Handler ... succeeded"): with timers and
+        # status writes that is several lines per evaluation. The reconcile logs its own.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    clients = Clients.from_config(pool_size=settings.max_concurrent_evaluations + 8)
     token = (
         settings.prometheus_bearer_token_file.read_text(encoding="utf-8").strip()
         if settings.prometheus_bearer_token_file

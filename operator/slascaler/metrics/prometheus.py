@@ -123,6 +123,7 @@ class _Group:
             if not self._done:
                 self._answers, self._error = self._read()
                 self._done = True
+                self.futures = {}  # the raw samples are read: let them go
             return self._answers, self._error
 
     def _read(self) -> tuple[TargetAnswers | None, str | None]:
@@ -198,6 +199,14 @@ def _selector(target: Target, labels: tuple[str, str]) -> PodSelector:
     )
 
 
+def union(patterns: Iterable[str]) -> str:
+    """One RE2 pattern matching what any of the (anchored) patterns matches."""
+    ordered = sorted(patterns)
+    if len(ordered) == 1:
+        return ordered[0]
+    return "(?:" + "|".join(f"(?:{p})" for p in ordered) + ")"
+
+
 def _failed(now: float, window_s: float, error: str) -> Observation:
     return Observation(
         observed_at=now, window_s=window_s, ttft=None, queue=None, prefill=None, source_error=error
@@ -245,7 +254,7 @@ class PrometheusSource:
         self, target: Target, now: float, deadline: float | None = None
     ) -> Observation:
         deadline = deadline if deadline is not None else self.clock() + self.settings.deadline_s
-        snapshot = self.fetch([target], now, deadline, narrow=True)
+        snapshot = self.fetch([target], now, deadline)
         return snapshot.observe(target, deadline)
 
     # -- batches --------------------------------------------------------------------------
@@ -258,25 +267,24 @@ class PrometheusSource:
         snapshot = self.fetch(targets, now, deadline)
         return [snapshot.observe(target, deadline) for target in targets]
 
-    def fetch(
-        self, targets: Iterable[Target], now: float, deadline: float, narrow: bool = False
-    ) -> Snapshot:
+    def fetch(self, targets: Iterable[Target], now: float, deadline: float) -> Snapshot:
         """Send one query per metric family for each (engine, window) among `targets`, over
-        their namespaces (`narrow`: a single target's pods only), all at once; the Snapshot
-        waits for each group's answers only when a target of that group is observed."""
+        their namespaces and pods, all at once; the Snapshot waits for each group's answers
+        only when a target of that group is observed."""
         snapshot = Snapshot(now, self.settings.url, self.labels, monotonic=self.clock)
-        narrowed: dict[GroupKey, Target] = {}
+        patterns: dict[GroupKey, set[str]] = {}
         for target in targets:
             key = _key(target.spec)
             group = snapshot.groups.setdefault(key, _Group(ENGINE_METRICS[key[0]], self.labels))
             group.namespaces = group.namespaces | {target.namespace}
-            narrowed[key] = target
+            patterns.setdefault(key, set()).add(_selector(target, self.labels).pods)
         recorded = self._recorded_series()
         for key, group in snapshot.groups.items():
-            if narrow:
-                scope = _selector(narrowed[key], self.labels).scope()
-            else:
-                scope = Scope(tuple(sorted(group.namespaces)), *self.labels)
+            # Only the pods of the targets asked for (their patterns' union), so that what a
+            # batch reads grows with the InferenceSLAs falling due, not with the namespaces.
+            scope = Scope(
+                tuple(sorted(group.namespaces)), *self.labels, pod_pattern=union(patterns[key])
+            )
             queries = {
                 name: family_query(family, scope, key[1], recorded)
                 for name, family in group.metrics.histograms.items()

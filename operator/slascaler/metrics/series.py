@@ -47,7 +47,7 @@ _COUNT_TOLERANCE = 0.01  # relative, plus one observation: `_count` vs the +Inf 
 Scrape = tuple[str, str]  # (instance, job)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sample:
     """One element of an instant vector: its labels and value (NaN and ±Inf kept)."""
 
