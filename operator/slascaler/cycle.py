@@ -87,10 +87,12 @@ class CycleSource:
     def observe(self, namespace: str, spec: SLASpec, now: float) -> Observation:
         target = Target(namespace, spec)
         snapshot = self.snapshot
-        if snapshot.covers(target) and now - snapshot.at <= self.max_age_s:
+        if snapshot.covers(target):
+            # Even when the evaluation starts late: the window ends at the batch's instant,
+            # and the policy judges its age (asking again would add load when behind).
             return snapshot.observe(target, self.deadline)
-        # Not in the batch (its engine or window changed since it fell due), or the batch
-        # is too old by now: its own queries, within what is left of the deadline.
+        # Not in the batch (its engine or window changed since it fell due): its own
+        # queries, within what is left of the deadline.
         return self.fallback.observe_target(target, now, self.deadline)
 
 
