@@ -18,6 +18,9 @@ Bounds:
   that overrun are counted (`slascaler_evaluations_deadline_exceeded_total`);
 - one InferenceSLA is never evaluated twice at once: while it runs, it stays due (one entry,
   however often its timer fires) and starts when the running one ends;
+- a batch is taken only as large as the free workers (oldest due first), and asked for when
+  it can start: an operator that falls behind keeps its backlog as due entries (visible in
+  `slascaler_evaluation_oldest_due_seconds`), not as queued evaluations holding old answers;
 - an InferenceSLA whose timer Kopf stopped (the operator pausing for a peer, or exiting) is
   dropped from the queue.
 The queue is visible in the operator's metrics: due and running evaluations, how long the
@@ -105,7 +108,7 @@ class Cycle:
         source: PrometheusSource,
         telemetry: Telemetry,
         *,
-        max_concurrency: int = 16,
+        max_concurrency: int = 64,
         deadline_s: float = 10.0,
         batch_window_s: float = 1.0,
         max_age_s: float = 15.0,
@@ -167,12 +170,15 @@ class Cycle:
 
     def _ready(self) -> list[Due]:
         """Wait for a batch: what is due and not running, once the oldest has waited
-        `batch_window_s` (so that InferenceSLAs falling due close together share queries)."""
+        `batch_window_s` (so that InferenceSLAs falling due close together share queries)
+        and a worker is free — no more than the free workers, oldest first, so that every
+        batch is asked for when it can start (fresh answers, none held while waiting)."""
         with self._cond:
             while not self._stopping:
                 self._publish()
+                free = self.max_concurrency - len(self._running) - len(self._queued)
                 waiting = [d for d in self._pending.values() if d.uid not in self._running]
-                if not waiting:
+                if not waiting or free <= 0:
                     self._cond.wait(timeout=1.0)
                     continue
                 ready_at = min(d.due_at for d in waiting) + self.batch_window_s
@@ -180,9 +186,11 @@ class Cycle:
                 if left > 0:
                     self._cond.wait(timeout=min(left, 1.0))
                     continue
-                for due in waiting:
+                waiting.sort(key=lambda d: d.due_at)
+                taken = waiting[:free]
+                for due in taken:
                     del self._pending[due.uid]
-                return [d for d in waiting if not d.stopped()]
+                return [d for d in taken if not d.stopped()]
             return []
 
     def _publish(self) -> None:

@@ -34,7 +34,7 @@ VARIABLES: Mapping[str, str] = {
     ),
     "SLASCALER_RECONCILE_INTERVAL": "how often each InferenceSLA is evaluated (default 15s)",
     "SLASCALER_DRY_RUN": "true to treat every InferenceSLA as mode Recommend (default false)",
-    "SLASCALER_MAX_CONCURRENT_EVALUATIONS": "evaluations run at once (default 16)",
+    "SLASCALER_MAX_CONCURRENT_EVALUATIONS": "evaluations run at once (default 64)",
     "SLASCALER_EVALUATION_TIMEOUT": (
         "deadline of one evaluation's Prometheus queries, a duration (default 10s or the "
         "reconcile interval if shorter; at most the interval)"
@@ -155,7 +155,7 @@ class Settings:
     selector: tuple[LabelRequirement, ...] = ()
     reconcile_interval_s: float = 15.0
     dry_run: bool = False
-    max_concurrent_evaluations: int = 16
+    max_concurrent_evaluations: int = 64
     evaluation_timeout_s: float = 10.0
     batch_window_s: float = 1.0
     recording_rules: bool = True
@@ -268,7 +268,7 @@ class Settings:
             selector=selector,
             reconcile_interval_s=interval,
             dry_run=boolean("SLASCALER_DRY_RUN"),
-            max_concurrent_evaluations=integer("SLASCALER_MAX_CONCURRENT_EVALUATIONS", 16, 1, 256),
+            max_concurrent_evaluations=integer("SLASCALER_MAX_CONCURRENT_EVALUATIONS", 64, 1, 512),
             evaluation_timeout_s=timeout,
             batch_window_s=window,
             recording_rules=boolean_default("SLASCALER_RECORDING_RULES", True),

@@ -128,7 +128,7 @@ def test_inference_slas_due_together_share_one_batch_of_queries() -> None:
         for i, (namespace, name) in enumerate(deployments())
     ]
     recorder = Recorder()
-    with running_cycle(recorder, serving(pods)) as bed:
+    with running_cycle(recorder, serving(pods), max_concurrency=32) as bed:
         for namespace, name in deployments():
             bed.cycle.submit(due(namespace, name))
         poll(lambda: len(recorder.observations) == 30, 10, "30 evaluations")
@@ -159,6 +159,10 @@ def test_evaluations_run_concurrently_up_to_the_limit() -> None:
         hold.set()
         poll(lambda: len(recorder.observations) == 10, 10, "all 10 evaluated")
     assert recorder.most_at_once == 3
+    batches = {s.name: s.value for s in bed.telemetry.batch_size.collect()[0].samples}
+    assert batches["slascaler_evaluation_batch_size_count"] >= 4, (
+        "batches no larger than the free workers (10 due, 3 workers)"
+    )
 
 
 def test_a_slow_group_of_queries_delays_only_its_own_evaluations() -> None:

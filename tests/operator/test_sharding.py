@@ -63,7 +63,7 @@ def test_a_selector_that_cannot_be_read_stops_the_operator_with_the_reason(
 
 def test_cycle_settings_are_checked_against_the_interval() -> None:
     settings = Settings.from_env({**URL, "SLASCALER_SELECTOR": "shard=a"})
-    assert settings.max_concurrent_evaluations == 16 and settings.batch_window_s == 1.0
+    assert settings.max_concurrent_evaluations == 64 and settings.batch_window_s == 1.0
     assert settings.evaluation_timeout_s == 10.0 and settings.recording_rules
     with pytest.raises(SettingsError, match="SLASCALER_EVALUATION_TIMEOUT: 30s is outside"):
         Settings.from_env({**URL, "SLASCALER_EVALUATION_TIMEOUT": "30s"})
