@@ -35,6 +35,7 @@ Started and stopped by the Kopf wiring (`wiring`), which submits to it.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -128,6 +129,7 @@ class Cycle:
         self._queued: dict[str, Due] = {}  # dispatched, not started
         self._running: set[str] = set()
         self._stopping = False
+        self._last_batch = -math.inf  # when the last batch was taken (wall clock)
         self._workers = ThreadPoolExecutor(max_concurrency, thread_name_prefix="evaluate")
         self._thread = threading.Thread(target=self._loop, name="cycle", daemon=True)
 
@@ -172,7 +174,8 @@ class Cycle:
         """Wait for a batch: what is due and not running, once the oldest has waited
         `batch_window_s` (so that InferenceSLAs falling due close together share queries)
         and a worker is free — no more than the free workers, oldest first, so that every
-        batch is asked for when it can start (fresh answers, none held while waiting)."""
+        batch is asked for when it can start (fresh answers, none held while waiting) — and
+        at most one batch per window."""
         with self._cond:
             while not self._stopping:
                 self._publish()
@@ -181,7 +184,10 @@ class Cycle:
                 if not waiting or free <= 0:
                     self._cond.wait(timeout=1.0)
                     continue
-                ready_at = min(d.due_at for d in waiting) + self.batch_window_s
+                # At most one batch per window: workers freed one by one would otherwise
+                # each start a batch of one (and six queries for it).
+                oldest = min(d.due_at for d in waiting)
+                ready_at = max(oldest, self._last_batch) + self.batch_window_s
                 left = ready_at - self.clock()
                 if left > 0:
                     self._cond.wait(timeout=min(left, 1.0))
@@ -190,6 +196,7 @@ class Cycle:
                 taken = waiting[:free]
                 for due in taken:
                     del self._pending[due.uid]
+                self._last_batch = self.clock()
                 return [d for d in taken if not d.stopped()]
             return []
 
