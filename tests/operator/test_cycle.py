@@ -172,20 +172,20 @@ def test_a_slow_group_of_queries_delays_only_its_own_evaluations() -> None:
 
     def behaviour(query: str, count: int) -> Reply:
         if "sglang:" in query:
-            return Reply(200, engine_answer(query, []), delay_s=4.0)
+            return Reply(200, engine_answer(query, []), delay_s=8.0)
         return Reply(200, engine_answer(query, pods))
 
     recorder = Recorder()
-    with running_cycle(recorder, behaviour, deadline_s=1.0) as bed:
+    with running_cycle(recorder, behaviour, deadline_s=3.0) as bed:
         started = time.monotonic()
         bed.cycle.submit(due("ns", "llama", uid="slow", engine="sglang"))
         bed.cycle.submit(due("ns", "llama", uid="fast"))
         poll(lambda: len(recorder.observations) == 2, 10, "both evaluated")
     fast, slow = recorder.observations["fast"], recorder.observations["slow"]
     assert fast.source_error is None and fast.ttft is not None
-    assert recorder.finished_at["fast"] - started < 0.9, "not held by the slow group"
+    assert recorder.finished_at["fast"] - started < 2.5, "not held by the slow group"
     assert slow.source_error is not None and "deadline" in slow.source_error
-    assert 0.9 < recorder.finished_at["slow"] - started < 2.5, "its deadline, not the stall"
+    assert 2.9 < recorder.finished_at["slow"] - started < 7.0, "its deadline, not the stall"
 
 
 def test_one_inference_sla_is_never_evaluated_twice_at_once() -> None:
