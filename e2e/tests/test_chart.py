@@ -166,3 +166,14 @@ def test_recording_rules_are_the_operators_own(binaries: Path) -> None:
         assert sorted(group["rules"], key=lambda r: r["record"]) == sorted(
             ours, key=lambda r: r["record"]
         )
+
+
+def test_the_defaults_are_accepted_with_a_short_interval(binaries: Path) -> None:
+    """The chart's defaults leave the cycle's deadline and batch window to the operator, which
+    shortens them for a short interval (a fixed 10s deadline refused a 2s interval)."""
+    docs = render(binaries, "--set", "reconcileInterval=2s")
+    (deployment,) = by_kind(docs, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"] if e.get("value") is not None}
+    settings = Settings.from_env(env)
+    assert (settings.evaluation_timeout_s, settings.batch_window_s) == (2.0, 0.5)
