@@ -173,7 +173,9 @@ class Snapshot:
         timeout = 3600.0 if deadline is None else deadline - self.monotonic()
         answers, error = group.result(timeout)
         if answers is None:
-            return _failed(self.at, spec.window_s, f"Prometheus at {self.url}: {error}")
+            return _failed(
+                self.at, spec.window_s, f"Prometheus at {self.url} did not answer: {error}"
+            )
         selector = _selector(target, self.labels)
         request = Request(
             namespace=target.namespace,
