@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml simulator/pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv test lint typecheck unit e2e substrate image cluster-up cluster-down analyze demo bench clean
+.PHONY: venv test lint typecheck unit e2e substrate image cluster-up cluster-down analyze demo bench scale-bench clean
 
 venv: $(STAMP)
 
@@ -64,6 +64,11 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/slascaler bench --speed
 	$(BIN)/slascaler bench --seeds 1,2 --ablations --out out/bench --doc docs/benchmark.md
+
+## scale-bench: one operator against 100, 300 and 1000 InferenceSLAs on the local control plane
+## (about 15 minutes on 2 cores; SCALE_ARGS="--sizes 50,100 --window 30" for a short run)
+scale-bench: $(STAMP) substrate
+	$(BIN)/python -m e2e.scale_bench $(SCALE_ARGS)
 
 ## analyze: TTFT analysis of the bundled per-request samples
 analyze: $(STAMP)

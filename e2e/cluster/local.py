@@ -41,6 +41,10 @@ class ClusterConfig:
     nodes: int = 2
     gpus_per_node: int = 4
     ready_delay_s: float = 3.0
+    pods_per_node: int = 110
+    # The controllers' and scheduler's client rate limit (their default is 20/s, 50/s): the
+    # scale benchmark creates a thousand Deployments at once.
+    api_qps: int | None = None
 
 
 @dataclass
@@ -202,6 +206,7 @@ class LocalCluster:
                 f"--cluster-cidr={POD_CIDR}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--controllers=*,-node-ipam-controller",
+                *self._rate_limit(),
                 "--v=1",
             ],
         )
@@ -218,6 +223,7 @@ class LocalCluster:
                 "--bind-address=127.0.0.1",
                 f"--secure-port={free_port()}",
                 "--leader-elect=false",
+                *self._rate_limit(),
                 "--v=1",
             ],
         )
@@ -245,6 +251,10 @@ class LocalCluster:
         self.wait_ready()
         return self
 
+    def _rate_limit(self) -> list[str]:
+        qps = self.config.api_qps
+        return [] if qps is None else [f"--kube-api-qps={qps}", f"--kube-api-burst={2 * qps}"]
+
     def _kubectl_apply(self, documents: list[dict[str, object]]) -> None:
         import subprocess
 
@@ -260,7 +270,7 @@ class LocalCluster:
         resources = {
             "cpu": "64",
             "memory": "512Gi",
-            "pods": "110",
+            "pods": str(self.config.pods_per_node),
             "nvidia.com/gpu": str(self.config.gpus_per_node),
         }
         nodes: list[dict[str, object]] = []

@@ -25,6 +25,10 @@ from e2e.dashboard import (
     variable_queries,
 )
 
+from slascaler.engine_metrics import ENGINE_METRICS
+from slascaler.metrics.promql import recording_rules
+from slascaler.settings import Settings
+
 VALUES = sorted((CHART / "ci").glob("*.yaml"))
 
 
@@ -269,3 +273,51 @@ def test_bad_alert_and_dashboard_values_are_refused(binaries: Path) -> None:
                 "dashboardNamespace=Not_A_Name"):  # fmt: skip
         result = helm(binaries, "template", "rel", str(CHART), "--set", bad)
         assert result.returncode != 0 and bad.split("=")[0] in result.stderr, bad
+
+
+def test_a_shard_release_carries_its_selector_and_cycle_settings(binaries: Path) -> None:
+    """Sharding by label: each release serves the InferenceSLAs its selector matches, with
+    its own peering (the release's name), and the operator accepts what the chart writes."""
+    docs = render(
+        binaries, "--set", "selector=shard in (a\\,b)", "--set", "replicaCount=2",
+        "--set", "maxConcurrentEvaluations=32", "--set", "evaluationTimeout=5s",
+        "--set", "batchWindow=500ms",
+    )  # fmt: skip
+    (deployment,) = by_kind(docs, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["SLASCALER_SELECTOR"] == "shard in (a,b)"
+    assert env["SLASCALER_PEERING"] == "rel-slascaler"
+    settings = Settings.from_env({k: v for k, v in env.items() if v is not None})
+    assert settings.selector[0].values == ("a", "b")
+    assert settings.max_concurrent_evaluations == 32
+    assert (settings.evaluation_timeout_s, settings.batch_window_s) == (5.0, 0.5)
+
+
+def test_recording_rules_are_the_operators_own(binaries: Path) -> None:
+    """The PrometheusRule (off by default) records exactly the series the operator reads,
+    with the expressions `metrics.promql.recording_rules` gives, per window."""
+    assert not by_kind(render(binaries), "PrometheusRule")
+    docs = render(
+        binaries, "--set", "recordingRulesEnabled=true",
+        "--set", "recordingRulesWindowSeconds={120,60}", "--set", "podLabel=kubernetes_pod",
+    )  # fmt: skip
+    (rule,) = by_kind(docs, "PrometheusRule")
+    families = tuple(f for m in ENGINE_METRICS.values() for f in m.histograms.values())
+    for group, window in zip(rule["spec"]["groups"], (120, 60), strict=True):
+        assert group["name"] == f"slascaler-increase-{window}s"
+        ours = recording_rules(families, window, pod_label="kubernetes_pod")
+        assert sorted(group["rules"], key=lambda r: r["record"]) == sorted(
+            ours, key=lambda r: r["record"]
+        )
+
+
+def test_the_defaults_are_accepted_with_a_short_interval(binaries: Path) -> None:
+    """The chart's defaults leave the cycle's deadline and batch window to the operator, which
+    shortens them for a short interval (a fixed 10s deadline refused a 2s interval)."""
+    docs = render(binaries, "--set", "reconcileInterval=2s")
+    (deployment,) = by_kind(docs, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"] if e.get("value") is not None}
+    settings = Settings.from_env(env)
+    assert (settings.evaluation_timeout_s, settings.batch_window_s) == (2.0, 0.5)

@@ -8,6 +8,11 @@
 - No label value written in an InferenceSLA reads another namespace's series or injects
   PromQL: every attempt gets this namespace's series or none, never a query error.
 - Missing series hold with a problem naming the metric.
+- A batch of InferenceSLAs (one query per metric family, split per target in the client)
+  gives each the observation its own queries give, to 1e-9.
+- A pod scraped under two addresses is counted once.
+- Each engine release's series (vLLM 0.33 and 0.10, SGLang 0.5.23 and 0.5.2, TGI), with its
+  own names, labels and buckets, are read, and what the release lacks is said.
 """
 
 from __future__ import annotations
@@ -22,12 +27,13 @@ from dataclasses import replace
 import pytest
 from e2e.cluster.processes import poll
 from e2e.cluster.prometheus import PrometheusServer, Target
-from e2e.engine_formats import EngineFormatFleet
+from e2e.engine_formats import ENGINE, RELEASES, EngineFormatFleet, layout
 from e2e.engines import Load, _Arrivals
 from e2e.kube import Kube, gpu_deployment
 
 from slascaler.cli import main
 from slascaler.metrics.prometheus import PrometheusSettings, PrometheusSource
+from slascaler.metrics.prometheus import Target as SLATarget
 from slascaler.metrics.promql import PodSelector, deployment_pod_pattern, histogram_queries
 from slascaler.model.observation import Observation
 from slascaler.model.regime import Regime, analyze_observation
@@ -283,20 +289,98 @@ def test_analyze_command_reads_a_live_deployment(
     assert main([*argv[:4], "nowhere", *argv[5:], "--format", "json"], out) == 3
 
 
-@pytest.mark.parametrize("engine", ["sglang", "tgi"])
-def test_sglang_and_tgi_metrics_through_a_real_prometheus(
-    prometheus: PrometheusServer, source: PrometheusSource, engine: str
+def assert_same(ours: Observation, theirs: Observation) -> None:
+    for field in ("ttft", "queue", "prefill", "itl", "prompt_tokens"):
+        a, b = getattr(ours, field), getattr(theirs, field)
+        assert (a is None) == (b is None), field
+        if a is None:
+            continue
+        assert a.upper_bounds == b.upper_bounds, field
+        mine, yours = (*a.cumulative_counts, a.sum, a.count), (*b.cumulative_counts, b.sum, b.count)
+        for x, y in zip(mine, yours, strict=True):
+            assert x == pytest.approx(y, rel=1e-9, abs=1e-9), field
+    for field in ("waiting", "running", "waiting_now", "request_rate"):
+        expected = pytest.approx(getattr(theirs, field), rel=1e-9, nan_ok=True)
+        assert getattr(ours, field) == expected, field
+    assert ours.reporting_pods == theirs.reporting_pods
+
+
+def test_a_batch_gives_each_target_what_its_own_queries_give(
+    prometheus: PrometheusServer, source: PrometheusSource, team_a: ServedFleet, team_b: ServedFleet
 ) -> None:
-    """Each engine's own names, labels and missing series: the source reads them, derives what
-    the engine does not export, and reaches the regime the same window has in vLLM's format."""
-    fleet = Fleet(PROFILES["llama3-8b-a100"], 2, EngineSettings(16, 2048))
-    server = EngineFormatFleet(engine, fleet)
+    """Issue 14: a batched cycle's observations equal the per-SLA source's, on the same
+    Prometheus at the same instant (and the batch sends one query per family, not per SLA)."""
+    neighbours = ServedFleet(
+        prometheus, "team-a", ["llama-chat-6d4cf56db6-x7k2p"],
+        EngineSettings(16, 512), Load(rate=2.0, prompt=300, output=20), "team-a-chat",
+    )  # fmt: skip
+    try:
+        wait_for_window(source, "team-a", sla(), requests=10, what="team-a's series")
+        wait_for_window(source, "team-b", sla(), requests=10, what="team-b's series")
+        wait_for_window(source, "team-a", sla("llama-chat"), requests=5, what="llama-chat's")
+        targets = [SLATarget("team-a", sla()), SLATarget("team-b", sla()),
+                   SLATarget("team-a", sla("llama-chat")), SLATarget("team-c", sla())]  # fmt: skip
+        at = time.time()
+        snapshot = source.fetch(targets, at, time.monotonic() + 10)
+        assert snapshot.queries == 6, "one query per histogram family and one for the gauges"
+        batch = [snapshot.observe(t, time.monotonic() + 10) for t in targets]
+        single = [source.observe_target(t, at) for t in targets]
+        for ours, theirs in zip(batch, single, strict=True):
+            assert ours.source_error is None and theirs.source_error is None
+            assert_same(ours, theirs)
+        assert batch[0].ttft is not None and batch[2].ttft is not None
+        assert batch[0].ttft.total != batch[2].ttft.total, "llama and llama-chat kept apart"
+        assert batch[3].ttft is None and batch[3].reporting_pods == 0
+    finally:
+        neighbours.close()
+
+
+def test_a_pod_scraped_under_two_addresses_counts_once(
+    prometheus: PrometheusServer, source: PrometheusSource
+) -> None:
+    fleet = Fleet(PROFILES["llama3-8b-a100"], 1, EngineSettings(16, 512))
+    server = RealtimeFleet(fleet)
+    with server.lock:
+        fleet.feed(_Arrivals(Load(rate=3.0, prompt=300, output=20), 0.0, 5, itertools.count()))
+    server.__enter__()
+    pod, engine = "llama-6d4cf56db6-d2d2d", fleet.replicas[0].name
+    labels = {"__metrics_path__": f"/metrics/{engine}", "namespace": "twice", "pod": pod}
+    try:
+        prometheus.set_targets(
+            "engines",
+            [Target(f"{host}:{server.port}", labels) for host in ("127.0.0.1", "localhost")],
+            "twice",
+        )
+        both = f'count(vllm:num_requests_running{{namespace="twice",pod="{pod}"}})'
+        poll(lambda: (r := prometheus.query(both)) and r[0]["value"][1] == "2", timeout=60,
+             what="the pod scraped under both addresses")  # fmt: skip
+        observation = wait_for_window(source, "twice", sla(), requests=20, what="its series")
+        assert observation.reporting_pods == 1
+        assert any(f"pod {pod} is scraped under 2 addresses" in n for n in observation.notes)
+        served = prometheus.query(
+            f'sum(increase(vllm:time_to_first_token_seconds_count{{namespace="twice",'
+            f'instance="127.0.0.1:{server.port}"}}[{WINDOW_S}s]))', at=observation.observed_at
+        )
+        assert observation.ttft is not None
+        assert observation.ttft.total == pytest.approx(float(served[0]["value"][1]), rel=0.2)
+    finally:
+        prometheus.set_targets("engines", [], "twice")
+        server.__exit__()
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_each_engine_release_is_read_through_a_real_prometheus(
+    prometheus: PrometheusServer, source: PrometheusSource, release: str
+) -> None:
+    """Each release's own names, labels and buckets: the source reads them (older names
+    included), approximates what the release lacks and says so, and reaches the regime the
+    same load has in vLLM's format."""
+    fleet = Fleet(PROFILES["llama3-8b-a100"], 2, EngineSettings(16, 2048), layout=layout(release))
+    server = EngineFormatFleet(release, fleet)
     with server.lock:
         fleet.feed(_Arrivals(Load(rate=20.0, prompt=1000, output=100), 0.0, 3, itertools.count()))
-    namespace, pods = (
-        f"{engine}-ns",
-        ["llama-5c9d8b7f6-x7k2p", "llama-5c9d8b7f6-q9zt4"],
-    )
+    namespace = release.replace(".", "-")
+    pods = ["llama-5c9d8b7f6-x7k2p", "llama-5c9d8b7f6-q9zt4"]
     server.__enter__()
     try:
         prometheus.set_targets(
@@ -308,16 +392,31 @@ def test_sglang_and_tgi_metrics_through_a_real_prometheus(
                 )
                 for r, pod in zip(fleet.replicas, pods, strict=True)
             ],
-            engine,
+            release,
         )
-        spec = replace(sla(itl=True), engine=Engine(engine))
+        spec = replace(sla(itl=True), engine=Engine(ENGINE[release]))
         observation = wait_for_window(
-            source, namespace, spec, requests=100, what=f"{engine} series in Prometheus"
+            source, namespace, spec, requests=100, what=f"{release} series in Prometheus"
         )
-        assert observation.derived, "the series the engine lacks is approximated, and said so"
         ours = analyze_observation(observation, 95, 300, 95, 200)
         assert ours.regime is Regime.QUEUE_BOUND
         assert ours.itl_ms > 0 and observation.reporting_pods == 2
+        said = " ".join((*observation.derived, *observation.notes))
+        if release == "vllm-0.33":
+            assert not said, "the current names: nothing to say"
+        if release == "vllm-0.10":
+            assert "vllm:time_per_output_token_seconds (vLLM ≤ 0.11)" in said
+            assert "waiting requests read from vllm:num_requests_waiting" in said
+        if release == "sglang-0.5.23":
+            assert not observation.derived, "per-request prefill histogram read, not derived"
+            assert observation.prompt_tokens is not None and observation.prompt_tokens.total > 0
+            assert observation.ttft is not None and observation.ttft.upper_bounds[0] == 100.0
+        if release == "sglang-0.5.2":
+            assert "prefill ≈ TTFT − mean queue time" in said
+        if release == "tgi":
+            assert observation.prefill is not None and observation.queue is not None
+            assert observation.prefill.total == pytest.approx(observation.queue.total)
+            assert "counts batches, not requests" in said and "no TTFT histogram" in said
     finally:
-        prometheus.set_targets("engines", [], engine)
+        prometheus.set_targets("engines", [], release)
         server.__exit__()

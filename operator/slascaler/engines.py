@@ -1,14 +1,15 @@
-"""What slascaler knows of each inference engine: metric names, histogram buckets, flags.
+"""What slascaler knows of each inference engine: histogram buckets and flags.
 
-One table per engine (vLLM v1, SGLang, TGI), from each engine's own source: the metric
-names the Prometheus source queries, the buckets the simulator exports (vLLM's exactly), the
-command-line flags the actuation layer rewrites, where else the engine reads them (TGI's
-environment variables, vLLM's and SGLang's `--config` file), how its container is recognised
-among several (its launcher and image), and its defaults when a flag is absent, which depend
-on the GPU (`engine_default`). No vLLM metric exposes the max batch or chunk size, so these
-are read from (and written to) the Deployment's engine container.
+One table per engine (vLLM v1, SGLang, TGI), from each engine's own source: the buckets the
+simulator exports (vLLM's exactly), the command-line flags the actuation layer rewrites,
+where else the engine reads them (TGI's environment variables, vLLM's and SGLang's `--config`
+file), how its container is recognised among several (its launcher and image), and its
+defaults when a flag is absent, which depend on the GPU (`engine_default`). No vLLM metric
+exposes the max batch or chunk size, so these are read from (and written to) the
+Deployment's engine container. The series slascaler reads, per engine and release, are in
+`engine_metrics`.
 
-Read by the metric sources, `engine_container`, the actuation layer and the simulator; pure.
+Read by `engine_container`, the actuation layer and the simulator; pure.
 """
 
 from __future__ import annotations
@@ -49,19 +50,11 @@ def vllm_token_buckets(max_model_len: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class EngineFlavour:
-    """Metric names (None: the engine has no such series) and flag names of one engine."""
+    """Flag names of one engine, where else it reads them, and how its container is known."""
 
-    ttft: str | None
-    queue_time: str | None
-    prefill_time: str | None
-    inter_token: str | None
-    prompt_tokens: str | None
-    waiting: str
-    running: str
     max_batch_flag: str
     chunk_flag: str
     name: str = ""  # as users know it, for messages
-    prefill_label_filter: str = ""  # extra matcher for engines that label one histogram
     # Environment variables the engine reads a flag from when it is not on the command line
     # (TGI's launcher declares every flag with clap's `env`): flag → variable.
     flag_env: dict[str, str] = field(default_factory=dict)
@@ -76,13 +69,6 @@ class EngineFlavour:
 
 ENGINES: Final[dict[Engine, EngineFlavour]] = {
     Engine.VLLM: EngineFlavour(
-        ttft="vllm:time_to_first_token_seconds",
-        queue_time="vllm:request_queue_time_seconds",
-        prefill_time="vllm:request_prefill_time_seconds",
-        inter_token="vllm:inter_token_latency_seconds",
-        prompt_tokens="vllm:request_prompt_tokens",
-        waiting="vllm:num_requests_waiting",
-        running="vllm:num_requests_running",
         max_batch_flag="--max-num-seqs",
         chunk_flag="--max-num-batched-tokens",
         name="vLLM",
@@ -93,13 +79,6 @@ ENGINES: Final[dict[Engine, EngineFlavour]] = {
         launcher_text="vllm serve / python -m vllm.entrypoints.openai.api_server",
     ),
     Engine.SGLANG: EngineFlavour(
-        ttft="sglang:time_to_first_token_seconds",
-        queue_time="sglang:queue_time_seconds",
-        prefill_time=None,
-        inter_token="sglang:inter_token_latency_seconds",
-        prompt_tokens=None,
-        waiting="sglang:num_queue_reqs",
-        running="sglang:num_running_reqs",
         max_batch_flag="--max-running-requests",
         chunk_flag="--chunked-prefill-size",
         name="SGLang",
@@ -110,17 +89,9 @@ ENGINES: Final[dict[Engine, EngineFlavour]] = {
         launcher_text="python -m sglang.launch_server / sglang serve",
     ),
     Engine.TGI: EngineFlavour(
-        ttft=None,
-        queue_time="tgi_request_queue_duration",
-        prefill_time="tgi_batch_forward_duration",
-        inter_token="tgi_request_mean_time_per_token_duration",
-        prompt_tokens="tgi_request_input_length",
-        waiting="tgi_queue_size",
-        running="tgi_batch_current_size",
         max_batch_flag="--max-batch-size",
         chunk_flag="--max-batch-prefill-tokens",
         name="TGI",
-        prefill_label_filter='method="prefill"',
         # launcher/src/main.rs: `#[clap(long, env)]` on both (command line wins over env).
         flag_env={
             "--max-batch-size": "MAX_BATCH_SIZE",

@@ -65,6 +65,7 @@ from slascaler.policy import (
 from slascaler.policy.decide import DEFAULT_TUNABLES
 from slascaler.policy.decision import Status
 from slascaler.pools import GrantSource
+from slascaler.resolution import objective_resolvable
 from slascaler.spec import Mode, SLASpec, SpecError, parse_spec
 from slascaler.status import (
     PendingAction,
@@ -84,7 +85,10 @@ from slascaler.telemetry import Telemetry
 
 log = logging.getLogger("slascaler.reconcile")
 
-NOT_EVALUATED = ("SLAMet", "MetricsAvailable", "CapacityLimited", "Conflict", "EngineFlags")
+NOT_EVALUATED = (
+    "SLAMet", "MetricsAvailable", "CapacityLimited", "Conflict", "EngineFlags",
+    "ObjectiveResolvable",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -142,11 +146,12 @@ class Reconciler:
 
     # -- the pipeline -------------------------------------------------------------------
 
-    def reconcile(self, sla: Json) -> Evaluation:
+    def reconcile(self, sla: Json, source: MetricSource | None = None) -> Evaluation:
+        """One evaluation; `source` (e.g. a batch's answers) replaces `self.source` once."""
         with self.telemetry.duration.time():
-            return self._reconcile(sla)
+            return self._reconcile(sla, source or self.source)
 
-    def _reconcile(self, sla: Json) -> Evaluation:
+    def _reconcile(self, sla: Json, source: MetricSource) -> Evaluation:
         meta = sla["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         previous: Mapping[str, Any] = sla.get("status") or {}
@@ -192,18 +197,20 @@ class Reconciler:
                     "failed): nothing was changed"
                 )
 
-        observation = self.source.observe(namespace, spec, now, pods=view.pods)
+        observation = source.observe(namespace, spec, now, pods=view.pods)
         if observation.source_error is not None:
             self.telemetry.errors.labels("metrics").inc()
         grant = self.pools.grant_for(sla) if self.pools is not None else None
         state = PolicyState(view.state, memory, grant)
         decision = decide(spec, observation, state, now, self.tunables)
-        notes += observation.derived
+        notes += observation.derived + observation.notes
 
         auto = spec.mode is Mode.AUTO and not self.dry_run
         memory_out = decision.memory_if_held
         conditions = {c.type: c for c in decision.conditions}
         conditions["EngineFlags"] = engine_flags_condition(view)
+        # Whether the engine's buckets can tell if the objectives are met (metrics side).
+        conditions["ObjectiveResolvable"] = objective_resolvable(spec, observation)
         reason_code, reason = decision.reason_code, decision.reason
         outcome = _Outcome(last_action=last_action)
         if decision.acts and auto:

@@ -20,6 +20,13 @@ Names follow Prometheus conventions (`slascaler_` prefix, base units, `_total` c
 | slascaler_action_failures_total | counter | namespace, name, reason (ActionFailed, |
 |  |  | DecisionRejected) |
 | slascaler_target_info | gauge (1) | namespace, name, deployment, engine |
+| slascaler_evaluations_due | gauge (due, not started yet) | — |
+| slascaler_evaluations_running | gauge | — |
+| slascaler_evaluation_oldest_due_seconds | gauge (how long the oldest due one waits) | — |
+| slascaler_evaluation_lateness_seconds | histogram (start − due time) | — |
+| slascaler_evaluations_deadline_exceeded_total | counter (ran past their deadline) | — |
+| slascaler_evaluation_batch_size | histogram (InferenceSLAs per batch of queries) | — |
+| slascaler_prometheus_queries_total | counter | outcome (ok, error, timeout) |
 | slascaler_prometheus_query_duration_seconds | histogram | — |
 
 `slascaler_condition`, `slascaler_engine_flag` and `slascaler_action_failures_total` say what
@@ -30,8 +37,9 @@ every stage, `slascaler_actions_total` and `slascaler_action_failures_total` for
 InferenceSLA at its first evaluation), so that the first error or action is an increase that
 an alert can see.
 
-Created by `slascaler run`; written by `reconcile` (and the Prometheus source's query timer,
-wired in `wiring`); served on the metrics port.
+Created by `slascaler run`; written by `reconcile`, the evaluation cycle (`cycle`: the queue
+of due evaluations and their lateness) and the Prometheus client (queries); served on the
+metrics port.
 """
 
 from __future__ import annotations
@@ -64,7 +72,10 @@ class Telemetry:
         self.duration = Histogram(
             "slascaler_reconcile_duration_seconds",
             "Time to evaluate one InferenceSLA (metrics, decision, actions, status).",
-            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            buckets=(
+                0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.25,
+                0.5, 1, 2.5, 5, 10, 30,
+            ),
             registry=r,
         )
         self.decisions = Counter(
@@ -101,6 +112,44 @@ class Telemetry:
             "slascaler_replicas", "Replicas of the target: current and recommended.",
             [*SLA_LABELS, "kind"], registry=r,
         )  # fmt: skip
+        self.due = Gauge(
+            "slascaler_evaluations_due", "Evaluations due and not started yet.", registry=r
+        )
+        self.running = Gauge(
+            "slascaler_evaluations_running", "Evaluations running now.", registry=r
+        )
+        self.oldest_due = Gauge(
+            "slascaler_evaluation_oldest_due_seconds",
+            "How long the oldest evaluation due and not started has waited.",
+            registry=r,
+        )
+        self.lateness = Histogram(
+            "slascaler_evaluation_lateness_seconds",
+            "Time from an evaluation falling due to its start.",
+            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120),
+            registry=r,
+        )
+        self.deadline_exceeded = Counter(
+            "slascaler_evaluations_deadline_exceeded_total",
+            "Evaluations that ran past their deadline.",
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "slascaler_evaluation_batch_size",
+            "InferenceSLAs evaluated from one batch of Prometheus queries.",
+            buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
+            registry=r,
+        )
+        self.queries = Counter(
+            "slascaler_prometheus_queries_total", "Prometheus queries, by outcome.",
+            ["outcome"], registry=r,
+        )  # fmt: skip
+        self.query_duration = Histogram(
+            "slascaler_prometheus_query_duration_seconds",
+            "Time of one Prometheus query, retries included.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r,
+        )
         Gauge("slascaler_build_info", "slascaler's version.", ["version"], registry=r).labels(
             __version__
         ).set(1)
@@ -124,12 +173,11 @@ class Telemetry:
             "slascaler_target_info", "The Deployment and engine an InferenceSLA holds (1).",
             [*SLA_LABELS, "deployment", "engine"], registry=r,
         )  # fmt: skip
-        self.prometheus_query_duration = Histogram(
-            "slascaler_prometheus_query_duration_seconds",
-            "Time of one query to Prometheus, retries included.",
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-            registry=r,
-        )
+
+    def query_done(self, seconds: float, outcome: str) -> None:
+        """A Prometheus query ended (the client's observer)."""
+        self.queries.labels(outcome).inc()
+        self.query_duration.observe(seconds)
 
     def serve(self, port: int, address: str) -> None:
         start_http_server(port, addr=address, registry=self.registry)

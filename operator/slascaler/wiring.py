@@ -1,8 +1,14 @@
 """Kopf glue: which events run a reconcile, and how the operator process starts.
 
-- A timer per InferenceSLA (every `SLASCALER_RECONCILE_INTERVAL`) runs `Reconciler.reconcile`.
+- A timer per InferenceSLA (every `SLASCALER_RECONCILE_INTERVAL`) submits it to the
+  evaluation cycle (`cycle`), which batches the Prometheus queries of everything falling due
+  together and runs `Reconciler.reconcile` concurrently, each within a deadline; the
+  handlers are async and return at once, so no Kopf worker thread waits on an evaluation.
 - A spec change (metadata.generation ahead of status.observedGeneration, which covers
-  creation too) runs one at once, so `kubectl apply` gets a status without waiting.
+  creation too) is submitted at once, so `kubectl apply` gets a status within a batch window.
+- `SLASCALER_SELECTOR` (a label selector) narrows both handlers to one shard's
+  InferenceSLAs; releases with disjoint selectors or `watchNamespaces` split the load, each
+  with its own peering.
 - A deletion drops the SLA's telemetry series. Kopf puts its finalizer on every
   InferenceSLA that has a timer, so that the timer is stopped before the object goes; with
   the operator uninstalled, a deletion waits for that finalizer to be removed (the README
@@ -30,17 +36,21 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
+from slascaler.cycle import Cycle, Due
 from slascaler.kube.api import GROUP, PLURAL, VERSION, KubeAPI
 from slascaler.kube.clients import Clients
 from slascaler.kube.errors import KubeError, NotFound
 from slascaler.metrics.prometheus import PrometheusSettings, PrometheusSource
+from slascaler.metrics.source import MetricSource
 from slascaler.pools import PoolCoordinator
 from slascaler.reconcile import Reconciler
-from slascaler.settings import Settings
+from slascaler.settings import LabelRequirement, Settings
+from slascaler.spec import SLASpec, SpecError, parse_spec
 from slascaler.telemetry import Telemetry
 
 log = logging.getLogger("slascaler")
@@ -62,8 +72,16 @@ class Operator:
         with self._guard:
             return self._locks[uid]
 
-    def evaluate(self, namespace: str, name: str, uid: str, spec_changed: bool = False) -> None:
-        """Reconcile now; with `spec_changed`, only if the fresh object still needs it."""
+    def evaluate(
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        spec_changed: bool = False,
+        source: MetricSource | None = None,
+    ) -> None:
+        """Reconcile now (with `source`'s metrics, else the reconciler's); with
+        `spec_changed`, only if the fresh object still needs it."""
         with self._lock(uid):
             try:
                 sla = self.clients.get_inference_sla(namespace, name)
@@ -80,7 +98,7 @@ class Operator:
                 return  # another run already evaluated this generation
             if self.pools is not None:
                 self.pools.refresh_if_due()
-            self.reconciler.reconcile(sla)
+            self.reconciler.reconcile(sla, source)
 
     def forget(self, namespace: str, name: str, uid: str) -> None:
         with self._guard:
@@ -88,8 +106,33 @@ class Operator:
         self.reconciler.telemetry.forget(namespace, name)
 
 
-def register(registry: kopf.OperatorRegistry, settings: Settings, operator: Operator) -> None:
-    """Register the handlers on `registry` with the interval from `settings`."""
+def label_filter(selector: tuple[LabelRequirement, ...]) -> dict[str, Any]:
+    """Kopf's label filter for a label selector (requirements on one key are ANDed)."""
+    by_key: dict[str, list[LabelRequirement]] = defaultdict(list)
+    for requirement in selector:
+        by_key[requirement.key].append(requirement)
+
+    def matcher(requirements: list[LabelRequirement]) -> Any:
+        def matches(value: str | None, **_: Any) -> bool:
+            return all(r.matches(value) for r in requirements)
+
+        return matches
+
+    return {key: matcher(requirements) for key, requirements in by_key.items()}
+
+
+def _spec(raw: Mapping[str, Any] | None) -> SLASpec | None:
+    try:
+        return parse_spec(raw or {})
+    except SpecError:
+        return None  # the evaluation itself says why (Ready=False, SpecInvalid)
+
+
+def register(
+    registry: kopf.OperatorRegistry, settings: Settings, operator: Operator, cycle: Cycle
+) -> None:
+    """Register the handlers on `registry` with the interval and shard from `settings`."""
+    labels = label_filter(settings.selector) or None
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
@@ -107,6 +150,11 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, operator: Oper
         )
         settings.watching.server_timeout = 300
         settings.execution.max_workers = 8
+        cycle.start()
+
+    @kopf.on.cleanup(registry=registry)
+    def stop(**_: Any) -> None:
+        cycle.stop()
 
     @kopf.timer(
         GROUP,
@@ -116,31 +164,42 @@ def register(registry: kopf.OperatorRegistry, settings: Settings, operator: Oper
         interval=settings.reconcile_interval_s,
         initial_delay=min(5.0, settings.reconcile_interval_s),
         sharp=True,
+        labels=labels,
         registry=registry,
     )
-    def evaluate(namespace: str | None, name: str, uid: str, **_: Any) -> None:
+    async def evaluate(
+        namespace: str | None, name: str, uid: str, spec: Any, stopped: Any = None, **_: Any
+    ) -> None:
         if namespace is not None:  # InferenceSLA is namespaced; never None in practice
-            operator.evaluate(namespace, name, uid)
+            cycle.submit(
+                Due(namespace, name, uid, _spec(spec), time.time(), stopped=lambda: bool(stopped))
+            )
 
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-    def changed(event: Any, namespace: str | None, name: str, uid: str, **_: Any) -> None:
+    @kopf.on.event(GROUP, VERSION, PLURAL, labels=labels, registry=registry)
+    async def changed(event: Any, namespace: str | None, name: str, uid: str, **_: Any) -> None:
         if namespace is None:
             return
         if event.get("type") == "DELETED":
             operator.forget(namespace, name, uid)
+            cycle.forget(uid)
             return
         body = event.get("object") or {}
         generation = body.get("metadata", {}).get("generation")
         seen = (body.get("status") or {}).get("observedGeneration")
         if generation is not None and generation != seen:
-            operator.evaluate(namespace, name, uid, spec_changed=True)
+            due = Due(namespace, name, uid, _spec(body.get("spec")), time.time(), True)
+            cycle.submit(due)
 
 
 def run(settings: Settings) -> None:
     """Start the operator and block until it is stopped (SIGINT/SIGTERM)."""
     kopf.configure(verbose=settings.log_level == "DEBUG")
     logging.getLogger().setLevel(settings.log_level)
-    clients = Clients.from_config()
+    if settings.log_level != "DEBUG":
+        # Kopf logs every handler run per object ("Handler ... succeeded"): with timers and
+        # status writes that is several lines per evaluation. The reconcile logs its own.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    clients = Clients.from_config(pool_size=settings.max_concurrent_evaluations + 8)
     token = (
         settings.prometheus_bearer_token_file.read_text(encoding="utf-8").strip()
         if settings.prometheus_bearer_token_file
@@ -156,8 +215,10 @@ def run(settings: Settings) -> None:
             pod_label=settings.pod_label,
             bearer_token=token,
             verify_tls=not settings.prometheus_insecure_skip_verify,
+            deadline_s=settings.evaluation_timeout_s,
+            recording_rules=settings.recording_rules,
         ),
-        observe_query=telemetry.prometheus_query_duration.observe,
+        observer=telemetry.query_done,
     )
     if settings.metrics_port:
         telemetry.serve(settings.metrics_port, settings.bind_address)
@@ -174,13 +235,27 @@ def run(settings: Settings) -> None:
     reconciler = Reconciler(
         clients, source, telemetry, clock=time.time, dry_run=settings.dry_run, pools=pools
     )
+    operator = Operator(reconciler, clients, pools)
+    cycle = Cycle(
+        operator.evaluate,
+        source,
+        telemetry,
+        max_concurrency=settings.max_concurrent_evaluations,
+        deadline_s=settings.evaluation_timeout_s,
+        batch_window_s=settings.batch_window_s,
+        max_age_s=settings.reconcile_interval_s,
+    )
     registry = kopf.OperatorRegistry()
-    register(registry, settings, Operator(reconciler, clients, pools))
+    register(registry, settings, operator, cycle)
     log.info(
-        "slascaler starting: Prometheus %s, namespaces %s, interval %gs%s",
+        "slascaler starting: Prometheus %s, namespaces %s, selector %s, interval %gs, "
+        "%d evaluations at once%s",
         settings.prometheus_url,
         ",".join(settings.watch_namespaces) or "all",
+        ",".join(f"{r.key} {r.operator} {','.join(r.values)}" for r in settings.selector)
+        or "none",
         settings.reconcile_interval_s,
+        settings.max_concurrent_evaluations,
         ", dry run" if settings.dry_run else "",
     )
     kopf.run(

@@ -48,7 +48,7 @@ from enum import Enum
 from slascaler.model.observation import ForwardPass
 from slascaler_sim.kvcache import PrefixCache
 from slascaler_sim.profiles import CostProfile, prefill_pairs
-from slascaler_sim.recorder import MetricRecorder
+from slascaler_sim.recorder import MEAN_TIME_PER_TOKEN, PREFILL_BATCH, MetricRecorder
 
 DEFAULT_BLOCK_TOKENS = 16  # vLLM's default --block-size (`CacheConfig.DEFAULT_BLOCK_SIZE`)
 
@@ -343,6 +343,8 @@ class Replica:
                 "vllm:inter_token_latency_seconds", duration, repeats * len(step.decodes)
             )
         record.counters["vllm:generation_tokens_total"] += repeats * len(step.decodes)
+        if step.chunks:  # TGI times each prefill batch once, whatever it holds
+            record.observe_extra(PREFILL_BATCH, duration)
         for request, tokens in step.chunks:
             request.prefilled += tokens
             request.kv += tokens
@@ -409,5 +411,8 @@ class Replica:
             float(request.prompt - request.cached_tokens),
         )
         record.observe("vllm:request_generation_tokens", float(request.output))
+        if request.scheduled_at is not None:  # TGI: inference time / generated tokens
+            inference = now - request.scheduled_at
+            record.observe_extra(MEAN_TIME_PER_TOKEN, inference / max(1, request.output))
         record.counters["vllm:request_success_total"] += 1
         self.finished.append(request)

@@ -41,6 +41,11 @@ HELP = {
     ),
     "vllm:prefix_cache_hits_total": "Prefix cache hits, in terms of number of cached tokens.",
     "vllm:num_requests_waiting": "Number of requests waiting to be processed.",
+    "vllm:num_requests_waiting_by_reason": (
+        "Number of waiting requests by reason. capacity: waiting for scheduling capacity. "
+        "deferred: deferred for LoRA budget or KV transfer. Sum of all reasons equals "
+        "vllm:num_requests_waiting."
+    ),
     "vllm:num_requests_running": "Number of requests in model execution batches.",
     "vllm:kv_cache_usage_perc": "KV-cache usage. 1 means 100 percent usage.",
 }
@@ -79,6 +84,8 @@ def render(pods: Sequence[tuple[MetricRecorder, Mapping[str, str]]]) -> str:
         return ""
     first = pods[0][0]
     for name in first.histograms:
+        if name not in HELP:  # another engine's histogram (a layout's): not vLLM's
+            continue
         lines += [f"# HELP {name} {HELP[name]}", f"# TYPE {name} histogram"]
         for recorder, labels in pods:
             histogram = recorder.histograms[name]
@@ -99,6 +106,13 @@ def render(pods: Sequence[tuple[MetricRecorder, Mapping[str, str]]]) -> str:
         lines += [f"# HELP {name} {HELP[name]}", f"# TYPE {name} gauge"]
         for recorder, labels in pods:
             lines.append(f"{name}{_labels(labels)} {_number(_gauge(recorder, name))}")
+    # vLLM 0.33: the waiting requests by reason (the simulator defers none: all capacity).
+    name = "vllm:num_requests_waiting_by_reason"
+    lines += [f"# HELP {name} {HELP[name]}", f"# TYPE {name} gauge"]
+    for recorder, labels in pods:
+        for reason, value in (("capacity", recorder.waiting), ("deferred", 0.0)):
+            extra = f'reason="{reason}"'
+            lines.append(f"{name}{_labels(labels, extra)} {_number(value)}")
     return "\n".join(lines) + "\n"
 
 

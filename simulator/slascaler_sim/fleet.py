@@ -44,7 +44,7 @@ from slascaler.policy.state import (
 )
 from slascaler_sim.engine import Phase, Replica, Request
 from slascaler_sim.profiles import CostProfile
-from slascaler_sim.recorder import MetricRecorder
+from slascaler_sim.recorder import Layout, MetricRecorder
 from slascaler_sim.routing import least_outstanding, prefix_affinity
 
 RECENT_WINDOW_S = 30.0  # the short window a burst is seen in (Observation.recent_*)
@@ -98,6 +98,7 @@ class Fleet:
         max_unavailable: int | str = DEFAULT_MAX_UNAVAILABLE,
         gpus_per_replica: int = 1,
         shared: SharedGPUs | None = None,
+        layout: Layout | None = None,
     ) -> None:
         if router not in ROUTERS:
             raise ValueError(f"unknown router {router!r}")
@@ -107,8 +108,10 @@ class Fleet:
         self.router = router
         self.now = start
         self.replicas: list[Replica] = []
+        # Buckets of the engine release exported (`recorder.LAYOUTS`); every recorder shares it.
+        self.layout: Layout = layout or {}
         # Metrics of stopped replicas, so totals never drop.
-        self.retired = MetricRecorder(profile.max_model_len)
+        self.retired = MetricRecorder(profile.max_model_len, self.layout)
         self.backlog: deque[Request] = deque()  # waiting at the router: no replica ready
         self.finished: list[Request] = []
         self.refused: list[Request] = []  # refused by a replica (HTTP 400), never served
@@ -234,7 +237,8 @@ class Fleet:
 
     def _snapshot_before(self, seconds: float) -> tuple[float, MetricRecorder, int, int]:
         """The latest snapshot at least `seconds` old (else the oldest; else an empty one)."""
-        chosen = (self.now, MetricRecorder(self.profile.max_model_len), self.ready_replicas, 0)
+        empty = MetricRecorder(self.profile.max_model_len, self.layout)
+        chosen = (self.now, empty, self.ready_replicas, 0)
         for snapshot in self._snapshots:
             if snapshot[0] <= self.now - seconds + 1e-9:
                 chosen = snapshot
@@ -363,6 +367,8 @@ class Fleet:
             max_num_batched_tokens=settings.max_num_batched_tokens,
             ready_at=self.now if ready_now else self.now + self.startup_s,
         )
+        if self.layout:
+            replica.recorder = MetricRecorder(self.profile.max_model_len, self.layout)
         replica.recorder.gauge_time = self.now
         if ready_now:
             replica.handle_event(self.now)

@@ -15,16 +15,35 @@ its first token comes out, and `prompt_tokens_cached_total` the cached ones amon
 the prompt less its cached tokens, when the request finishes; `kv_cache_usage_perc` is the
 share of KV blocks in use (cached blocks no request uses count as free).
 
-Written by `sim.engine`; read by `sim.fleet` and the metrics server.
+Other engines and releases (what `slascaler.engine_metrics` reads) are exported from the same
+recorder: a `layout` (`LAYOUTS`) replaces the buckets of the histograms it names (SGLang's
+TTFT buckets start at 0.1 s; TGI's are 0.00015 s × 1.5^k; vLLM's `--custom-histogram-buckets`)
+and adds the histograms only those engines have: TGI's prefill-batch forward duration (one
+observation per engine step that computes prompt tokens, not per request) and its per-request
+mean time per token. A fleet's recorders share one layout.
+
+Written by `sim.engine`; read by `sim.fleet` and the metrics servers (`sim.exposition`,
+`e2e.engine_formats`).
 """
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Final
 
+from slascaler.engine_metrics import (
+    SGLANG_ITL_BUCKETS_S,
+    SGLANG_PROMPT_TOKEN_BUCKETS,
+    SGLANG_QUEUE_BUCKETS_S,
+    SGLANG_QUEUE_S_BUCKETS_S,
+    SGLANG_STAGE_BUCKETS_S,
+    SGLANG_TTFT_BUCKETS_S,
+    TGI_DURATION_BUCKETS_S,
+    tgi_input_length_buckets,
+)
 from slascaler.engines import (
     VLLM_ITL_BUCKETS_S,
     VLLM_REQUEST_LATENCY_BUCKETS_S,
@@ -57,6 +76,36 @@ HISTOGRAMS: Final[dict[str, tuple[float, ...]]] = {
     "vllm:inter_token_latency_seconds": VLLM_ITL_BUCKETS_S,
     **{name: TOKEN_BUCKETS for name in TOKEN_HISTOGRAMS},
 }
+# Histograms only some engines export (added by a layout that gives their buckets).
+PREFILL_BATCH: Final = "batch:prefill_forward_seconds"  # per engine step with prompt tokens
+MEAN_TIME_PER_TOKEN: Final = "request:mean_time_per_token_seconds"  # per request (TGI)
+EXTRA_HISTOGRAMS: Final = (PREFILL_BATCH, MEAN_TIME_PER_TOKEN)
+
+Layout = Mapping[str, tuple[float, ...]]
+
+# Bucket layouts of the engine releases the simulator exports, by the recorder's names.
+LAYOUTS: Final[dict[str, Layout]] = {
+    "vllm": {},
+    "sglang-0.5.23": {
+        "vllm:time_to_first_token_seconds": SGLANG_TTFT_BUCKETS_S,
+        "vllm:request_queue_time_seconds": SGLANG_QUEUE_BUCKETS_S,
+        "vllm:request_prefill_time_seconds": SGLANG_STAGE_BUCKETS_S,
+        "vllm:inter_token_latency_seconds": SGLANG_ITL_BUCKETS_S,
+        "vllm:request_prompt_tokens": SGLANG_PROMPT_TOKEN_BUCKETS,
+    },
+    "sglang-0.5.2": {
+        "vllm:time_to_first_token_seconds": SGLANG_TTFT_BUCKETS_S,
+        "vllm:request_queue_time_seconds": SGLANG_QUEUE_S_BUCKETS_S,
+        "vllm:inter_token_latency_seconds": SGLANG_ITL_BUCKETS_S,
+    },
+    "tgi": {
+        "vllm:request_queue_time_seconds": TGI_DURATION_BUCKETS_S,
+        "vllm:request_prompt_tokens": tgi_input_length_buckets(4096),
+        PREFILL_BATCH: TGI_DURATION_BUCKETS_S,
+        MEAN_TIME_PER_TOKEN: TGI_DURATION_BUCKETS_S,
+    },
+}
+
 COUNTERS: Final = (
     "vllm:request_success_total",
     "vllm:prompt_tokens_total",
@@ -123,6 +172,7 @@ class MetricRecorder:
     `max_model_len`, as the engine's own."""
 
     max_model_len: int = MAX_MODEL_LEN
+    layout: Layout = field(default_factory=dict)  # buckets replaced or added (`LAYOUTS`)
     histograms: dict[str, HistogramCounts] = field(default_factory=dict)
     counters: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0.0))
     # Gauges: current value, and ∫ value dt up to `gauge_time`.
@@ -140,6 +190,8 @@ class MetricRecorder:
                 name: HistogramCounts(tokens if name in TOKEN_HISTOGRAMS else bounds)
                 for name, bounds in HISTOGRAMS.items()
             }
+            for name, bounds in self.layout.items():
+                self.histograms[name] = HistogramCounts(tuple(float(b) for b in bounds))
 
     def advance_gauges(self, now: float) -> None:
         if now > self.gauge_time:
@@ -155,6 +207,12 @@ class MetricRecorder:
     def observe(self, name: str, value: float, weight: float = 1.0) -> None:
         self.histograms[name].observe(value, weight)
 
+    def observe_extra(self, name: str, value: float, weight: float = 1.0) -> None:
+        """Observe a histogram only some engines export, when the layout has it."""
+        histogram = self.histograms.get(name)
+        if histogram is not None:
+            histogram.observe(value, weight)
+
     def add(self, other: MetricRecorder) -> None:
         for name, h in other.histograms.items():
             self.histograms[name].add(h)
@@ -166,6 +224,7 @@ class MetricRecorder:
     def copy(self) -> MetricRecorder:
         clone = MetricRecorder(
             max_model_len=self.max_model_len,
+            layout=self.layout,
             histograms={n: h.copy() for n, h in self.histograms.items()},
             counters=dict(self.counters),
         )

@@ -9,19 +9,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slascaler.engines import ENGINES
+from slascaler.engine_metrics import SGLANG, VLLM
 from slascaler.metrics.promql import (
     OwnedPods,
     PodSelector,
+    Scope,
     deployment_pod_pattern,
     duration,
     escape_regex,
     escape_string,
-    gauge_queries,
+    family_query,
+    gauges_query,
     histogram_queries,
     owned_pods_pattern,
+    pods_pattern,
+    recorded_name,
+    recording_rules,
 )
-from slascaler.spec import Engine
 
 
 def unescape_promql_string(text: str) -> str:
@@ -68,8 +72,63 @@ def test_selector_pins_namespace_and_pod_pattern() -> None:
         "sum by (le) (increase(vllm:time_to_first_token_seconds_bucket{"
     )
     assert queries.buckets.endswith("[120000ms]))")
-    gauges = gauge_queries(ENGINES[Engine.VLLM], selector, 30)
-    assert gauges.reporting_pods.startswith("sum(count_over_time(vllm:num_requests_running{")
+    gauges = gauges_query(VLLM, selector.scope(), 30)
+    assert "max by (namespace, pod, instance, job) (count_over_time(vllm:num_requests_running{" in (
+        gauges
+    )
+    assert 'vllm:num_requests_waiting_by_reason{namespace="team-a",pod=~"^llama' in gauges
+    assert ',reason="capacity"}' in gauges
+
+
+def test_an_explicit_pod_pattern_replaces_the_name_pattern() -> None:
+    """The Kubernetes side may know the pods by ownership: its pattern is used as given."""
+    selector = PodSelector("team-a", "llama", pod_pattern="^(?:llama-6d4cf56db6-[a-z0-9]{5})$")
+    assert selector.pods == "^(?:llama-6d4cf56db6-[a-z0-9]{5})$"
+    assert 'pod=~"^(?:llama-6d4cf56db6-[a-z0-9]{5})$"' in selector.matchers()
+
+
+def test_a_batch_scope_reads_its_namespaces_and_keeps_pods_apart() -> None:
+    """One query for several namespaces: each escaped as a regex alternative, results per
+    pod and scrape target, every series name of the family, parts told apart."""
+    scope = Scope(("team-b", "team.a", 'x"y'))
+    query = family_query(VLLM.histograms["itl"], scope, 120)
+    assert 'namespace=~"team-b|team\\\\.a|x\\"y"' in query
+    for name in ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"):
+        for part in ("bucket", "sum", "count"):
+            assert f"increase({name}_{part}{{namespace=~" in query
+    assert query.count("sum by (namespace, pod, instance, job, le)") == 2
+    assert 'label_replace(' in query and '"slascaler_part", "1:count"' in query
+    assert "pod=~" not in query
+
+
+def test_a_family_with_a_label_filter_keeps_it() -> None:
+    query = family_query(SGLANG.histograms["prefill"], Scope(("a",)), 60)
+    assert 'sglang:per_stage_req_latency_seconds_bucket{namespace="a",stage="prefill_forward"}' in (
+        query
+    )
+
+
+def test_recorded_increases_replace_increase_where_present() -> None:
+    family = VLLM.histograms["ttft"]
+    series = family.current
+    rules = recording_rules((family,), 120)
+    names = {rule["record"] for rule in rules}
+    assert names == {recorded_name(series, p, 120) for p in ("bucket", "sum", "count")}
+    assert recorded_name(series, "bucket", 120) == (
+        "slascaler:vllm_time_to_first_token_seconds_bucket:increase120s"
+    )
+    bucket_rule = next(r for r in rules if r["record"].endswith("_bucket:increase120s"))
+    assert bucket_rule["expr"] == (
+        "sum by (namespace, pod, instance, job, le) "
+        "(increase(vllm:time_to_first_token_seconds_bucket[120000ms]))"
+    )
+    query = family_query(family, Scope(("a",)), 120, frozenset(names))
+    assert "increase(" not in query
+    assert 'slascaler:vllm_time_to_first_token_seconds_count:increase120s{namespace="a"}' in query
+    # Another window has no rule: computed from the raw series.
+    assert "increase(vllm:time_to_first_token_seconds_bucket" in family_query(
+        family, Scope(("a",)), 60, frozenset(names)
+    )
 
 
 def test_configured_label_names_are_checked() -> None:
@@ -182,7 +241,22 @@ def test_no_pod_matches_nothing_not_even_a_series_without_the_label() -> None:
 
 
 def test_the_selector_uses_the_owned_pods_when_given() -> None:
-    selector = PodSelector("team-a", "llama", owned=OwnedPods(("llama-6d4cf56db6",)))
+    owned = pods_pattern(OwnedPods(("llama-6d4cf56db6",)))
+    assert pods_pattern(None) is None
+    selector = PodSelector("team-a", "llama", pod_pattern=owned)
     assert selector.matchers() == (
         '{namespace="team-a",pod=~"^(?:llama-6d4cf56db6-[bcdfghjklmnpqrstvwxz2456789]{5})$"}'
     )
+
+
+@given(dns_name, generated, st.text(alphabet=KUBERNETES_ALPHABET, min_size=5, max_size=5))
+def test_the_owned_pods_are_among_the_name_patterns_pods(
+    deployment: str, template_hash: str, suffix: str
+) -> None:
+    """A batch asks Prometheus for its targets' name patterns and each target then keeps the
+    pods Kubernetes says it owns: those must be among what the batch asked for."""
+    pod = kubernetes_pod_name(deployment, template_hash, suffix)
+    replica_set = deployment[: 253 - 1 - len(template_hash)] + "-" + template_hash
+    owned = owned_pods_pattern(OwnedPods((replica_set,), ((pod, replica_set),)))
+    assert re.fullmatch(owned, pod)
+    assert re.fullmatch(deployment_pod_pattern(deployment), pod)

@@ -78,5 +78,7 @@ def test_status_becomes_series_for_alerts_and_the_dashboard() -> None:
 
 def test_query_durations_are_a_histogram() -> None:
     telemetry = Telemetry()
-    telemetry.prometheus_query_duration.observe(0.02)
-    assert value(telemetry, "slascaler_prometheus_query_duration_seconds_count") == 1
+    telemetry.query_done(0.02, "ok")
+    telemetry.query_done(0.5, "timeout")
+    assert value(telemetry, "slascaler_prometheus_query_duration_seconds_count") == 2
+    assert value(telemetry, "slascaler_prometheus_queries_total", outcome="timeout") == 1

@@ -21,6 +21,7 @@ from typing import Any
 
 import urllib3
 from kubernetes import client, config
+from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
 
 from slascaler.kube.api import (
@@ -80,16 +81,26 @@ class Clients:
 
     @classmethod
     def from_config(
-        cls, kubeconfig: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S
+        cls,
+        kubeconfig: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        pool_size: int | None = None,
     ) -> Clients:
-        """In-cluster credentials when running in a pod, else the kubeconfig."""
+        """In-cluster credentials when running in a pod, else the kubeconfig. `pool_size`:
+        connections kept open (at least the evaluations running at once, else each one past
+        the pool opens, and pays for, a TLS connection of its own)."""
+        api: client.ApiClient | None = None
         if kubeconfig is None:
             try:
                 config.load_incluster_config()  # type: ignore[no-untyped-call]
-                return cls(client.ApiClient(), timeout_s=timeout_s)
+                api = client.ApiClient()
             except config.ConfigException:
                 pass
-        api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        if api is None:
+            api = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        if pool_size is not None:
+            api.configuration.connection_pool_maxsize = pool_size
+            api.rest_client = rest.RESTClientObject(api.configuration)
         return cls(api, timeout_s=timeout_s)
 
     @property

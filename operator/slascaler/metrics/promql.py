@@ -4,11 +4,20 @@ A query selects the target Deployment's pods in the InferenceSLA's own namespace
 namespace comes from the object's metadata (never from its spec), and the pod matcher is the
 names of the ReplicaSets the Deployment owns, `<replicaset>-<suffix>` (`owned_pods_pattern`,
 what Kubernetes says its pods are; exact pod names where the API server cuts that prefix),
-or without them the Deployment's pod-name pattern
-`<name>-<template hash>-<suffix>` (as Kubernetes cuts it for long names); names are escaped
-both as a regular expression (RE2) and as a PromQL string.
-Whatever a user writes in an InferenceSLA ends up inside a string literal, so it can neither
-widen the selector to another namespace nor add PromQL of its own.
+or without them the Deployment's pod-name pattern `<name>-<template hash>-<suffix>` (as
+Kubernetes cuts it for long names); names are escaped both as a regular expression (RE2)
+and as a PromQL string. Whatever a user writes in an InferenceSLA ends up inside a string
+literal, so it can neither widen the selector to another namespace nor add PromQL of its own.
+
+The queries the operator sends (`family_query`, `gauges_query`) answer *per pod and scrape
+target* (`sum by (namespace, pod, instance, job[, le])`), one query per metric family and
+window: the caller sums pods into targets (`metrics.series`), which lets one query serve
+every InferenceSLA of an evaluation cycle (a `Scope` of several namespaces) as exactly as
+one target's own, counts a pod scraped under two addresses once, and tells an engine
+release's series from an older one's. The parts of one answer (buckets, `_sum`, `_count`;
+each gauge statistic) are told apart by a `slascaler_part` label added with `label_replace`.
+Where recording rules precompute the per-pod increases (`recording_rules`, the chart's
+PrometheusRule), `family_query` reads the recorded series instead of `increase()`.
 
 The label names (`namespace`, `pod` by default) are the operator's settings, checked against
 Prometheus's label-name grammar when the settings are read.
@@ -22,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from slascaler.engines import EngineFlavour
+from slascaler.engine_metrics import EngineMetrics, GaugeFamily, HistogramFamily, Series
 
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 # Characters RE2 treats as syntax; everything else matches itself.
@@ -128,6 +137,12 @@ def owned_pods_pattern(owned: OwnedPods) -> str:
     return f"^(?:{'|'.join(parts)})$"
 
 
+def pods_pattern(owned: OwnedPods | None) -> str | None:
+    """The pattern of the pods Kubernetes says a Deployment has; None (the Deployment's
+    name pattern) when the caller did not read them."""
+    return None if owned is None else owned_pods_pattern(owned)
+
+
 def duration(seconds: float) -> str:
     """A PromQL duration for a window (whole milliseconds, at least 1 ms)."""
     return f"{max(1, round(seconds * 1000))}ms"
@@ -135,33 +150,78 @@ def duration(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class PodSelector:
-    """The series of one Deployment's pods in one namespace."""
+    """The series of one Deployment's pods in one namespace.
+
+    `pod_pattern`, when given, is an anchored RE2 pattern of the pods' names that the caller
+    got from Kubernetes (the pods the Deployment owns); without it the Deployment's
+    pod-name pattern is used.
+    """
 
     namespace: str
     deployment: str
     namespace_label: str = "namespace"
     pod_label: str = "pod"
-    # The pods the Deployment owns (by ReplicaSet); None: the Deployment's name pattern.
-    owned: OwnedPods | None = None
+    pod_pattern: str | None = None
 
     def __post_init__(self) -> None:
         for label in (self.namespace_label, self.pod_label):
             if not LABEL_NAME.match(label):
                 raise ValueError(f"{label!r} is not a Prometheus label name")
 
+    @property
+    def pods(self) -> str:
+        """The anchored RE2 pattern of the target's pod names."""
+        if self.pod_pattern is not None:
+            return self.pod_pattern
+        return deployment_pod_pattern(self.deployment)
+
     def matchers(self, extra: str = "") -> str:
-        pods = (
-            deployment_pod_pattern(self.deployment)
-            if self.owned is None
-            else owned_pods_pattern(self.owned)
+        return self.scope().matchers(extra)
+
+    def scope(self) -> Scope:
+        """A query scope of this target's pods alone."""
+        return Scope(
+            (self.namespace,), self.namespace_label, self.pod_label, pod_pattern=self.pods
         )
-        parts = [
-            f'{self.namespace_label}="{escape_string(self.namespace)}"',
-            f'{self.pod_label}=~"{escape_string(pods)}"',
-        ]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What one query reads: the series of some namespaces (one target's, or every target's
+    of a batch), optionally only of the pods whose names match `pod_pattern`."""
+
+    namespaces: tuple[str, ...]
+    namespace_label: str = "namespace"
+    pod_label: str = "pod"
+    pod_pattern: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.namespaces:
+            raise ValueError("a scope needs at least one namespace")
+        for label in (self.namespace_label, self.pod_label):
+            if not LABEL_NAME.match(label):
+                raise ValueError(f"{label!r} is not a Prometheus label name")
+
+    def matchers(self, extra: str = "") -> str:
+        if len(self.namespaces) == 1:
+            namespace = f'{self.namespace_label}="{escape_string(self.namespaces[0])}"'
+        else:
+            alternatives = "|".join(escape_regex(n) for n in sorted(set(self.namespaces)))
+            namespace = f'{self.namespace_label}=~"{escape_string(alternatives)}"'
+        parts = [namespace]
+        if self.pod_pattern is not None:
+            parts.append(f'{self.pod_label}=~"{escape_string(self.pod_pattern)}"')
         if extra:
             parts.append(extra)
         return "{" + ",".join(parts) + "}"
+
+    def group(self, *extra: str) -> str:
+        """The `by (...)` labels that keep pods and scrape targets apart."""
+        return _group(self.namespace_label, self.pod_label, *extra)
+
+
+def _group(namespace_label: str, pod_label: str, *extra: str) -> str:
+    return ", ".join((namespace_label, pod_label, *SCRAPE_LABELS, *extra))
 
 
 @dataclass(frozen=True)
@@ -185,28 +245,117 @@ def histogram_queries(
     )
 
 
-@dataclass(frozen=True)
-class GaugeQueries:
-    """Queries of the engine's waiting/running gauges and of the pods reporting them."""
-
-    waiting_average: str
-    running_average: str
-    waiting_now: str
-    reporting_pods: str
-    newest_sample: str
+PART_LABEL = "slascaler_part"  # tells the parts of one answer apart
+SCRAPE_LABELS = ("instance", "job")  # what Prometheus adds per scrape target
 
 
-def gauge_queries(flavour: EngineFlavour, selector: PodSelector, window_s: float) -> GaugeQueries:
-    match, window = selector.matchers(), duration(window_s)
-    return GaugeQueries(
-        waiting_average=f"sum(avg_over_time({flavour.waiting}{match}[{window}]))",
-        running_average=f"sum(avg_over_time({flavour.running}{match}[{window}]))",
-        waiting_now=f"sum({flavour.waiting}{match})",
-        # Pods serving over the window, on average: each pod's samples over the samples of the
-        # longest-lived one, so a pod that just started counts for the part it served.
-        reporting_pods=(
-            f"sum(count_over_time({flavour.running}{match}[{window}]))"
-            f" / max(count_over_time({flavour.running}{match}[{window}]))"
-        ),
-        newest_sample=f"max(timestamp({flavour.running}{match}))",
-    )
+def _part(expression: str, part: str) -> str:
+    return f'label_replace({expression}, "{PART_LABEL}", "{part}", "", "")'
+
+
+def _matchers(scope: Scope, series: Series) -> str:
+    return scope.matchers(series.matchers)
+
+
+def series_slug(series: Series) -> str:
+    """A metric-name-safe name of a series and its matchers (for recorded series)."""
+    values = re.findall(r'"([^"]*)"', series.matchers)
+    return re.sub(r"[^a-zA-Z0-9_]", "_", "_".join((series.name, *values)))
+
+
+def recorded_name(series: Series, part: str, window_s: float) -> str:
+    """The recording rule's name for a series' per-pod increase over a window."""
+    return f"slascaler:{series_slug(series)}_{part}:increase{round(window_s)}s"
+
+
+def _increase(series: Series, part: str, scope: Scope, window_s: float, recorded: bool) -> str:
+    if recorded:
+        return f"{recorded_name(series, part, window_s)}{scope.matchers()}"
+    return f"increase({series.name}_{part}{_matchers(scope, series)}[{duration(window_s)}])"
+
+
+def family_query(
+    family: HistogramFamily,
+    scope: Scope,
+    window_s: float,
+    recorded: frozenset[str] = frozenset(),
+) -> str:
+    """One histogram family's increase over the window, per pod and scrape target: every
+    series name the family has had (parts `<i>:bucket` by `le`, `<i>:sum`, `<i>:count`).
+
+    A series whose recorded increase exists (its name in `recorded`) is read from the
+    recording rule instead of being computed.
+    """
+    parts = []
+    for index, series in enumerate(family.series):
+        for part, extra in (("bucket", ("le",)), ("sum", ()), ("count", ())):
+            use = recorded_name(series, part, window_s) in recorded
+            inner = _increase(series, part, scope, window_s, use)
+            parts.append(_part(f"sum by ({scope.group(*extra)}) ({inner})", f"{index}:{part}"))
+    return " or ".join(parts)
+
+
+def recording_rules(
+    families: tuple[HistogramFamily, ...],
+    window_s: float,
+    namespace_label: str = "namespace",
+    pod_label: str = "pod",
+) -> list[dict[str, str]]:
+    """The recording rules (record, expr) that precompute `family_query`'s increases
+    for one window, for every pod of every namespace (as the chart's PrometheusRule)."""
+    rules = []
+    for family in families:
+        for series in family.series:
+            for part, extra in (("bucket", ("le",)), ("sum", ()), ("count", ())):
+                selector = f"{{{series.matchers}}}" if series.matchers else ""
+                expr = (
+                    f"sum by ({_group(namespace_label, pod_label, *extra)}) "
+                    f"(increase({series.name}_{part}{selector}[{duration(window_s)}]))"
+                )
+                rules.append({"record": recorded_name(series, part, window_s), "expr": expr})
+    return rules
+
+
+def recorded_catalog(families: tuple[HistogramFamily, ...]) -> list[dict[str, str]]:
+    """Every series whose increases the chart's PrometheusRule records: its name, matchers
+    and the slug of its recorded names (the chart's `files/recorded-series.json`)."""
+    catalog: dict[str, dict[str, str]] = {}
+    for family in families:
+        for series in family.series:
+            slug = series_slug(series)
+            catalog[slug] = {"name": series.name, "matchers": series.matchers, "slug": slug}
+    return [catalog[slug] for slug in sorted(catalog)]
+
+
+def _gauge_parts(gauge: GaugeFamily, scope: Scope, window_s: float) -> list[str]:
+    window = duration(window_s)
+    group = scope.group()
+    parts = []
+    for index, series in enumerate(gauge.series):
+        match = _matchers(scope, series)
+        parts.append(
+            _part(
+                f"sum by ({group}) (avg_over_time({series.name}{match}[{window}]))",
+                f"{gauge.key}:{index}:avg",
+            )
+        )
+        parts.append(_part(f"sum by ({group}) ({series.name}{match})", f"{gauge.key}:{index}:now"))
+    return parts
+
+
+def gauges_query(metrics: EngineMetrics, scope: Scope, window_s: float) -> str:
+    """The waiting and running gauges per pod and scrape target: window averages (parts
+    `waiting:<i>:avg`, `running:<i>:avg`), values now (`…:now`), and of the running gauge
+    the samples each pod has in the window (`running:0:samples`, so that a pod that started
+    mid-window counts for the part it served) and its newest sample's time
+    (`running:0:newest`, so that a Prometheus that stopped scraping reads as stale)."""
+    running = metrics.running.current
+    match, window, group = _matchers(scope, running), duration(window_s), scope.group()
+    parts = _gauge_parts(metrics.waiting, scope, window_s)
+    parts += _gauge_parts(metrics.running, scope, window_s)
+    parts.append(
+        _part(f"max by ({group}) (count_over_time({running.name}{match}[{window}]))",
+              "running:0:samples")
+    )  # fmt: skip
+    parts.append(_part(f"max by ({group}) (timestamp({running.name}{match}))", "running:0:newest"))
+    return " or ".join(parts)

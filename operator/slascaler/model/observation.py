@@ -74,6 +74,9 @@ class Observation:
     source_error: str | None = None
     # Series the engine does not export, approximated from others (said in the status).
     derived: tuple[str, ...] = field(default=())
+    # What the source noticed and the user should know, without it stopping a decision
+    # (a pod scraped under two addresses, an older engine release's series names read).
+    notes: tuple[str, ...] = field(default=())
 
     def missing_inputs(self, need_itl: bool) -> tuple[str, ...]:
         """Human-readable list of what the decision needs and this observation lacks."""
