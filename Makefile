@@ -64,6 +64,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/slascaler bench --speed
 	$(BIN)/slascaler bench --seeds 1,2 --ablations --out out/bench --doc docs/benchmark.md
+	$(BIN)/slascaler bench --pools --seeds 1,2 --doc docs/benchmark.md
 
 ## scale-bench: one operator against 100, 300 and 1000 InferenceSLAs on the local control plane
 ## (about 15 minutes on 2 cores; SCALE_ARGS="--sizes 50,100 --window 30" for a short run)

@@ -58,14 +58,18 @@ def test_lint_is_clean(binaries: Path, values: Path) -> None:
 def test_defaults_render_cluster_wide_least_privilege(binaries: Path) -> None:
     docs = render(binaries, "-f", str(CHART / "ci" / "default-values.yaml"))
     (role,) = by_kind(docs, "ClusterRole")
-    rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in role["rules"]}
+    rules: dict[tuple[tuple[str, ...], tuple[str, ...]], set[str]] = {}
+    for rule in role["rules"]:  # one resource may be granted by two rules (nodes: pools too)
+        key = (tuple(rule["apiGroups"]), tuple(rule["resources"]))
+        rules.setdefault(key, set()).update(rule["verbs"])
     assert rules[(("slascaler.io",), ("inferenceslas",))] == {"get", "list", "watch", "patch"}
     assert rules[(("slascaler.io",), ("inferenceslas/status",))] == {"get", "patch"}
     assert rules[(("apps",), ("deployments",))] == {"get", "patch"}
     assert rules[(("apps",), ("deployments/scale",))] == {"get", "patch"}
     assert rules[(("",), ("pods",))] == {"list"}
     assert rules[(("apps",), ("replicasets",))] == {"list"}
-    assert rules[(("",), ("nodes",))] == {"get"}
+    # get: a node's GPU labels (engine defaults); list: GPU pools' node selectors.
+    assert rules[(("",), ("nodes",))] == {"get", "list"}
     assert rules[(("apiextensions.k8s.io",), ("customresourcedefinitions",))] == {
         "get", "list", "watch"
     }  # fmt: skip
@@ -73,7 +77,6 @@ def test_defaults_render_cluster_wide_least_privilege(binaries: Path) -> None:
     # Shared GPU pools: GPUPools listed, their status written, nodes and quotas read.
     assert rules[(("slascaler.io",), ("gpupools",))] == {"list"}
     assert rules[(("slascaler.io",), ("gpupools/status",))] == {"patch"}
-    assert rules[(("",), ("nodes",))] == {"list"}
     assert rules[(("",), ("resourcequotas",))] == {"get"}
     assert all("*" not in verbs and "delete" not in verbs for verbs in rules.values())
     assert not any((k[0][0], k[1]) == ("", ("secrets",)) for k in rules)

@@ -578,7 +578,8 @@ def test_11_the_operator_log_stays_clean(release: tuple[HelmRelease, OperatorKub
     read-only grant."""
     _, kubelet = release
     text = (kubelet.logs / "operator.log").read_text(encoding="utf-8", errors="replace")
-    assert "slascaler starting" in text and "Timer 'evaluate' succeeded" in text
+    # The log is not vacuous: the operator started and evaluated (one line per evaluation).
+    assert "slascaler starting" in text and "slascaler.reconcile" in text
     for bad in ("traceback", "forbidden", "customresourcedefinitions"):
         lines = [line for line in text.splitlines() if bad in line.lower()]
         assert not lines, (bad, lines[:5])
