@@ -66,7 +66,7 @@ def _type(node: dict[str, Any]) -> str:
 
 def _yaml(value: Any) -> str:
     """`value` as YAML on one line, in the file's key order (`{min: 1, max: 16}`)."""
-    text = yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1000)
+    text = str(yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1000))
     return text.strip().removesuffix("...").strip()
 
 
@@ -161,14 +161,15 @@ def render_crd(crd: dict[str, Any], source: str) -> list[str]:
     for version in spec["versions"]:
         schema = version["schema"]["openAPIV3Schema"]
         short = ", ".join(names.get("shortNames") or [])
+        scope = "cluster-scoped" if spec["scope"] == "Cluster" else "namespaced"
+        status = "yes" if "status" in version.get("subresources", {}) else "no"
         lines += [
             f"## {kind}",
             "",
-            f"`apiVersion: {spec['group']}/{version['name']}`, `kind: {kind}`; "
-            f"{'cluster-scoped' if spec['scope'] == 'Cluster' else 'namespaced'}; plural `{names['plural']}`"
+            f"`apiVersion: {spec['group']}/{version['name']}`, `kind: {kind}`; {scope}; "
+            f"plural `{names['plural']}`"
             + (f", short name `{short}`" if short else "")
-            + f"; status subresource: {'yes' if 'status' in version.get('subresources', {}) else 'no'}."
-            f" Source: `{source}`.",
+            + f"; status subresource: {status}. Source: `{source}`.",
             "",
             _cell(schema.get("description", "")),
             "",
