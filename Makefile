@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml simulator/pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv test lint typecheck unit e2e substrate image cluster-up cluster-down analyze demo bench scale-bench clean
+.PHONY: venv test lint typecheck unit e2e substrate image cluster-up cluster-down analyze demo bench scale-bench docs clean
 
 venv: $(STAMP)
 
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml simulator/pyproject.toml
 ## lint: import contract (pure core does no I/O), ruff
 lint: $(STAMP)
 	$(BIN)/lint-imports
-	$(BIN)/ruff check operator simulator tests e2e conftest.py
+	$(BIN)/ruff check operator simulator tests e2e conftest.py docs
 
 ## typecheck: mypy --strict over the whole package
 typecheck: $(STAMP)
@@ -75,6 +75,10 @@ scale-bench: $(STAMP) substrate
 analyze: $(STAMP)
 	$(BIN)/slascaler analyze examples/samples/high_load.csv
 	$(BIN)/slascaler analyze examples/samples/low_load.csv --objective-ms 150
+
+## docs: regenerate docs/reference.md from the CRDs in manifests/crds/ (a unit test checks it)
+docs: $(STAMP)
+	$(BIN)/python docs/gen_reference.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -630,7 +630,7 @@ def test_9_helm_upgrade_is_followed_and_uninstall_leaves_nothing(
         assert kube.get_json(kind, "-l", selector)["items"] == [], kind
     poll(lambda: not kube.pods(RELEASE_NAMESPACE, selector), timeout=30, what="operator pods gone")
     # CRDs stay (Helm never deletes crds/), and with them every InferenceSLA users declared,
-    # each still holding Kopf's finalizer; the README's way to release one works.
+    # each still holding Kopf's finalizer; the way docs/operations.md gives to release one works.
     kube.kubectl("get", "crd", "inferenceslas.slascaler.io")
     assert sla.get()["metadata"]["finalizers"] == ["kopf.zalando.org/KopfFinalizerMarker"]
     kube.kubectl(
