@@ -72,7 +72,7 @@ def test_selector_pins_namespace_and_pod_pattern() -> None:
         "sum by (le) (increase(vllm:time_to_first_token_seconds_bucket{"
     )
     assert queries.buckets.endswith("[120000ms]))")
-    gauges = gauges_query(VLLM, selector.scope(), 30)
+    gauges = gauges_query(VLLM, selector.scope(), 30, 30)
     assert "max by (namespace, pod, instance, job) (count_over_time(vllm:num_requests_running{" in (
         gauges
     )
