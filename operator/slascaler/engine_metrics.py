@@ -336,3 +336,8 @@ TGI_DURATION_BUCKETS_S: Final = tuple(0.0001 * 1.5 ** (i + 1) for i in range(35)
 def tgi_input_length_buckets(max_input_tokens: int) -> tuple[float, ...]:
     """TGI's prompt-length buckets: a hundred equal steps up to `--max-input-tokens`."""
     return tuple(max_input_tokens / 100.0 * (i + 1) for i in range(100))
+
+
+def tgi_generated_tokens_buckets(max_total_tokens: int) -> tuple[float, ...]:
+    """TGI's generated-length buckets: a hundred equal steps up to `--max-total-tokens`."""
+    return tuple(max_total_tokens / 100.0 * (i + 1) for i in range(100))
