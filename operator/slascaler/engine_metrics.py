@@ -295,7 +295,6 @@ ENGINE_METRICS: Final[dict[Engine, EngineMetrics]] = {
 }
 
 HISTOGRAM_KEYS: Final = ("ttft", "queue", "prefill", "itl", "prompt_tokens")
-TOKEN_KEYS: Final = ("prompt_tokens", "cached_tokens", "generated_tokens")
 DESCRIPTIONS: Final = {
     "ttft": "time-to-first-token histogram",
     "queue": "queue-time histogram",

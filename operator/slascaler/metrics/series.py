@@ -71,7 +71,7 @@ def observation_for(
         if answers.counters is not None
         else None
     )
-    tokens = work(metrics, counters, gauges, request.window_s, request.recent_window_s)
+    token_work = work(metrics, counters, gauges, request.window_s, request.recent_window_s)
     problems = [p for r in readings.values() for p in r.problems] + list(gauges.problems)
     notes = [n for r in readings.values() for n in r.notes] + list(gauges.notes)
     derived: list[str] = []
@@ -117,14 +117,14 @@ def observation_for(
         running=gauges.running,
         reporting_pods=round(gauges.reporting_pods),
         waiting_now=gauges.waiting_now,
-        prompt_token_rate=tokens.prompt_token_rate,
-        generation_token_rate=tokens.generation_token_rate,
-        recent_window_s=tokens.recent_window_s,
-        recent_request_rate=tokens.recent_request_rate,
-        recent_waiting_growth=tokens.recent_waiting_growth,
+        prompt_token_rate=token_work.prompt_token_rate,
+        generation_token_rate=token_work.generation_token_rate,
+        recent_window_s=token_work.recent_window_s,
+        recent_request_rate=token_work.recent_request_rate,
+        recent_waiting_growth=token_work.recent_waiting_growth,
         problems=tuple(dict.fromkeys(problems)),
-        derived=(*derived, *tokens.derived),
-        notes=tuple(dict.fromkeys((*notes, *tokens.notes))),
+        derived=(*derived, *token_work.derived),
+        notes=tuple(dict.fromkeys((*notes, *token_work.notes))),
     )
 
 
