@@ -63,7 +63,8 @@ demo: $(STAMP)
 ## writes out/bench/ and regenerates docs/benchmark.md
 bench: $(STAMP)
 	$(BIN)/slascaler bench --speed
-	$(BIN)/slascaler bench --seeds 1,2 --ablations --out out/bench --doc docs/benchmark.md
+	$(BIN)/slascaler bench --seeds 1,2 --ablations --out out/bench --doc docs/benchmark.md \
+	  --summary README.md
 	$(BIN)/slascaler bench --pools --seeds 1,2 --doc docs/benchmark.md
 
 ## scale-bench: one operator against 100, 300 and 1000 InferenceSLAs on the local control plane
