@@ -30,6 +30,7 @@ from fake_prometheus import (
     serving,
     vllm_pod,
 )
+from slascaler.engines import VLLM_TTFT_BUCKETS_S
 from slascaler.metrics.prometheus import PrometheusSettings, PrometheusSource, Target
 from slascaler.model.observation import Observation
 from slascaler.policy import FleetState, PolicyState, decide
@@ -279,3 +280,28 @@ def test_nan_values_are_kept_and_reported_as_not_finite() -> None:
     assert observation.ttft is not None and not observation.ttft.is_finite
     reason, message = metrics_condition(observation)
     assert reason == "MissingSeries" and "NaN or infinite" in message
+
+
+CUSTOM_TTFT_BUCKETS_S = (0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0)  # --custom-histogram-buckets
+
+
+def test_custom_buckets_are_read_from_the_series_and_pods_summed_over_shared_bounds() -> None:
+    """vLLM's `--custom-histogram-buckets` needs nothing on slascaler's side: the bounds are
+    read from the series; during a rollout two pods with different bounds are summed over the
+    bounds they share."""
+    ttft = [0.15 + 0.01 * i for i in range(40)]  # 0.15 … 0.54 s
+    custom = vllm_pod(histograms={**vllm_pod().histograms,
+                                  TTFT: Histogram.of(ttft, CUSTOM_TTFT_BUCKETS_S)})  # fmt: skip
+    with fake_prometheus(serving([custom])) as prometheus:
+        alone = observe(prometheus.url)
+    assert alone.ttft is not None and not alone.problems
+    assert alone.ttft.upper_bounds[:-1] == tuple(b * 1000 for b in CUSTOM_TTFT_BUCKETS_S)
+    assert alone.ttft.total == 40
+    # 38 of 40 at or below 0.5 s: the p95 lies in the 0.5–0.75 s bucket, not at vLLM's 1 s.
+    assert 500 < alone.ttft.quantile(0.95) <= 750
+    default = vllm_pod("llama-6d4cf56db6-q9zt4")  # vLLM's default buckets, 40 requests
+    with fake_prometheus(serving([custom, default])) as prometheus:
+        both = observe(prometheus.url)
+    assert both.ttft is not None and both.ttft.total == 80
+    shared = sorted(set(CUSTOM_TTFT_BUCKETS_S) & set(VLLM_TTFT_BUCKETS_S))  # 0.1 0.5 0.75 1
+    assert both.ttft.upper_bounds[:-1] == pytest.approx([b * 1000 for b in shared])

@@ -148,6 +148,21 @@ def test_tgi_reads_its_environment_and_is_tuned_there() -> None:
     assert edge.deployment.settings().max_num_seqs == 100, "the engine reads it there too"
 
 
+def test_tgi_prefill_tokens_in_its_environment_are_read_and_tuned_there() -> None:
+    """The chunk knob's TGI spelling lives in MAX_BATCH_PREFILL_TOKENS: read there (the
+    bounds force a change), written back there, the batch flag on the command line kept."""
+    chunk = {**SLA, "engine": "tgi", "knobs": {"chunkSize": {"min": 8192, "max": 16384}}}
+    args = ("--model-id", "llama", "--max-batch-size", "64")
+    edge = Edge(chunk, engine=Engine.TGI, args=args,
+                env=(("MAX_BATCH_PREFILL_TOKENS", "4096"),))  # fmt: skip
+    evaluation = edge.reconcile()
+    assert [str(c) for c in evaluation.acted] == ["chunkSize 4096→8192"]
+    container = edge.container()
+    assert tuple(container["args"]) == args, "args untouched: the value lives in env"
+    assert container["env"] == [{"name": "MAX_BATCH_PREFILL_TOKENS", "value": "8192"}]
+    assert edge.deployment.settings().max_num_batched_tokens == 8192
+
+
 def test_tgi_env_from_a_config_map_is_refused() -> None:
     args = ("--model-id", "llama", "--max-batch-prefill-tokens", "4096")
     edge = Edge(TGI, engine=Engine.TGI, args=args, env=(("MAX_BATCH_SIZE", None),))

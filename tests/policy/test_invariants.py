@@ -20,7 +20,7 @@ import math
 from dataclasses import replace
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
 from builders import observation_from_samples
@@ -441,3 +441,18 @@ def test_knob_changes_respect_cooldown_and_rollouts(
     if decision.regime is Regime.PREFILL_BOUND and grew:
         reason = next(c.reason for c in decision.changes if c.knob == "replicas")
         assert reason is Reason.SURGE_FOR_ROLLOUT, "no replica for a prefill-bound load"
+
+
+def test_the_strategies_reach_starting_and_pending_pods_with_a_fresh_memory() -> None:
+    """The invariant suite is only as good as what it draws: pods starting, pods Pending for
+    GPUs and a memory that has never seen the Deployment all at once (the case that broke an
+    invariant before), and the GPU limit remembered."""
+    fleet, memory = find(
+        st.tuples(fleets(), memories()),
+        lambda case: case[0].starting_pods > 0
+        and case[0].unschedulable_pods > 0
+        and case[1] == PolicyMemory(),
+    )
+    assert fleet.starting_pods > 0 and fleet.unschedulable_pods > 0 and not memory.load_points
+    remembered = find(memories(), lambda m: m.gpu_limit is not None and m.gpu_limit_at is not None)
+    assert remembered.gpu_limit is not None
