@@ -6,27 +6,32 @@ InferenceSLA to the evaluation cycle (a recording stand-in here, which the test 
 as the real cycle does: `Operator.evaluate`), a deletion forgets the object, and the
 startup handler configures Kopf and starts the cycle. `Operator.evaluate` is run against a
 SimCluster-backed `Reconciler`: it reads the object fresh, skips what was deleted,
-replaced or already evaluated, and refreshes the GPU pools before deciding.
+replaced or already evaluated, and refreshes the GPU pools before deciding. `run` hands
+Kopf the settings (peering, namespaces, the liveness endpoint), `kopf.run` recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import kopf
 import pytest
+from kubernetes import client
 from test_reconcile import SLA, queue_bound, raises
 
 from edge import NAMESPACE, SLA_NAME, Edge
 from slascaler.cycle import Due
+from slascaler.kube.clients import Clients
 from slascaler.kube.errors import NotFound
 from slascaler.pools import PoolCoordinator
 from slascaler.settings import Settings
 from slascaler.spec import SLASpec
-from slascaler.wiring import Operator, register
+from slascaler.wiring import Operator, register, run
 
 SETTINGS = Settings.from_env(
     {"SLASCALER_PROMETHEUS_URL": "http://prometheus:9090/", "SLASCALER_SELECTOR": "team=a"}
@@ -244,3 +249,68 @@ def test_the_pools_are_refreshed_before_an_evaluation_when_due() -> None:
     edge.now += 15
     operator.evaluate(NAMESPACE, SLA_NAME, uid)
     assert pool_lists() == 2
+
+
+@pytest.fixture
+def kopf_run(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """`wiring.run` up to Kopf: the client made without a kubeconfig, `kopf.run` recorded
+    instead of started, the process-wide logging levels put back afterwards."""
+    seen: dict[str, Any] = {}
+
+    def from_config(*args: Any, pool_size: int | None = None, **kwargs: Any) -> Clients:
+        seen["pool_size"] = pool_size
+        return Clients(client.ApiClient(client.Configuration()))
+
+    monkeypatch.setattr(Clients, "from_config", from_config)
+    monkeypatch.setattr(kopf, "configure", lambda **kwargs: seen.update(configure=kwargs))
+    monkeypatch.setattr(kopf, "run", lambda **kwargs: seen.update(run=kwargs))
+    levels = {name: logging.getLogger(name).level for name in ("", "kopf.objects")}
+    try:
+        yield seen
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def test_run_hands_kopf_peering_namespaces_and_the_liveness_endpoint(
+    kopf_run: dict[str, Any], tmp_path: Path
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("secret\n", encoding="utf-8")
+    settings = Settings.from_env({
+        "SLASCALER_PROMETHEUS_URL": "http://prometheus:9090/",
+        "SLASCALER_PROMETHEUS_BEARER_TOKEN_FILE": str(token),
+        "SLASCALER_PEERING": "slascaler",
+        "SLASCALER_WATCH_NAMESPACES": "team-a,team-b",
+        "SLASCALER_HEALTH_PORT": "8081",
+        "SLASCALER_METRICS_PORT": "0",
+    })  # fmt: skip
+    run(settings)
+    kwargs = kopf_run["run"]
+    assert kwargs["standalone"] is False and kwargs["peering_name"] == "slascaler"
+    assert kwargs["clusterwide"] is False and tuple(kwargs["namespaces"]) == ("team-a", "team-b")
+    assert kwargs["liveness_endpoint"] == f"http://{settings.bind_address}:8081/healthz"
+    assert kwargs["priority"] == settings.priority
+    assert kopf_run["pool_size"] == settings.max_concurrent_evaluations + 8
+    assert kopf_run["configure"] == {"verbose": False}
+    assert logging.getLogger("kopf.objects").level == logging.WARNING
+    registry = kwargs["registry"]
+    [timer] = registry._spawning.get_all_handlers()
+    assert timer.id == "evaluate" and timer.interval == settings.reconcile_interval_s
+
+
+def test_run_without_peering_or_namespaces_is_standalone_and_cluster_wide(
+    kopf_run: dict[str, Any],
+) -> None:
+    settings = Settings.from_env({
+        "SLASCALER_PROMETHEUS_URL": "http://prometheus:9090/",
+        "SLASCALER_HEALTH_PORT": "0",
+        "SLASCALER_METRICS_PORT": "0",
+        "SLASCALER_LOG_LEVEL": "DEBUG",
+        "SLASCALER_GPU_POOLS": "false",
+    })  # fmt: skip
+    run(settings)
+    kwargs = kopf_run["run"]
+    assert kwargs["standalone"] is True and kwargs["clusterwide"] is True
+    assert kwargs["liveness_endpoint"] is None
+    assert kopf_run["configure"] == {"verbose": True}
