@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml simulator/pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: venv test lint typecheck unit e2e substrate image cluster-up cluster-down analyze demo bench scale-bench clean
+.PHONY: venv test lint typecheck unit e2e substrate image cluster-up cluster-down analyze demo bench scale-bench docs clean
 
 venv: $(STAMP)
 
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml simulator/pyproject.toml
 ## lint: import contracts (the layers; the pure core does no I/O), ruff
 lint: $(STAMP)
 	$(BIN)/lint-imports
-	$(BIN)/ruff check operator simulator tests e2e conftest.py
+	$(BIN)/ruff check operator simulator tests e2e conftest.py docs
 
 ## typecheck: mypy --strict over the whole package
 typecheck: $(STAMP)
@@ -63,7 +63,9 @@ demo: $(STAMP)
 ## writes out/bench/ and regenerates docs/benchmark.md
 bench: $(STAMP)
 	$(BIN)/slascaler bench --speed
-	$(BIN)/slascaler bench --seeds 1,2 --ablations --out out/bench --doc docs/benchmark.md
+	$(BIN)/slascaler bench --seeds 1,2 --ablations --out out/bench --doc docs/benchmark.md \
+	  --summary README.md
+	$(BIN)/slascaler bench --pools --seeds 1,2 --doc docs/benchmark.md
 
 ## scale-bench: one operator against 100, 300 and 1000 InferenceSLAs on the local control plane
 ## (about 15 minutes on 2 cores; SCALE_ARGS="--sizes 50,100 --window 30" for a short run)
@@ -74,6 +76,10 @@ scale-bench: $(STAMP) substrate
 analyze: $(STAMP)
 	$(BIN)/slascaler analyze examples/samples/high_load.csv
 	$(BIN)/slascaler analyze examples/samples/low_load.csv --objective-ms 150
+
+## docs: regenerate docs/reference.md from the CRDs in manifests/crds/ (a unit test checks it)
+docs: $(STAMP)
+	$(BIN)/python docs/gen_reference.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

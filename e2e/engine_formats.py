@@ -8,16 +8,25 @@ a real Prometheus. Each follows the engine's own source (buckets from the fleet'
 - `vllm-0.33`: the simulator's own exposition (`slascaler_sim.exposition.render`), with
   `vllm:num_requests_waiting_by_reason`.
 - `vllm-0.10`: inter-token latency as `vllm:time_per_output_token_seconds`, only
-  `vllm:num_requests_waiting` (no reason), `vllm:gpu_cache_usage_perc`.
+  `vllm:num_requests_waiting` (no reason), `vllm:gpu_cache_usage_perc`; the counters but
+  `vllm:prompt_tokens_cached_total` (cache hits only as `vllm:prefix_cache_hits_total`).
 - `sglang-0.5.23` (labels `model_name`, `engine_type`, `tp_rank`, `pp_rank`, `moe_ep_rank`;
   TTFT also `is_streaming`): TTFT, `queue_time_seconds`, `per_stage_req_latency_seconds
   {stage="prefill_forward"}`, inter-token latency, `prompt_tokens_histogram`,
-  `num_queue_reqs` / `num_running_reqs`; SGLang's buckets (TTFT from 0.1 s).
+  `num_queue_reqs` / `num_running_reqs`; SGLang's buckets (TTFT from 0.1 s);
+  `prompt_tokens_total` / `generation_tokens_total` (label `is_streaming`) and
+  `cached_tokens_total{cache_source="device"}`, which SGLang creates at the first hit.
 - `sglang-0.5.2`: the queue histogram is `sglang:queue_time_s`; no per-stage or prompt
-  histogram.
+  histogram; the token counters without the `is_streaming` and `cache_source` labels.
 - `tgi` (no labels): `request_queue_duration`, `batch_forward_duration{method="prefill"}`
   observed once per prefill *batch* (engine step), `request_mean_time_per_token_duration`
-  per request, `request_input_length`, `queue_size` / `batch_current_size`; TGI's buckets.
+  per request, `request_input_length`, `request_generated_tokens`, `queue_size` /
+  `batch_current_size`; TGI's buckets.
+
+The token counters keep the simulator's timing (vLLM's: prompt tokens at the first token,
+generated tokens as they come out); SGLang counts a request's tokens when it finishes, and
+TGI observes the prompt length at validation: over a window, the totals differ only by the
+requests in flight at its edges.
 
 Used by `e2e/tests/test_prometheus_source.py`.
 """
@@ -43,6 +52,7 @@ TTFT, QUEUE, PREFILL = (
     "vllm:request_prefill_time_seconds",
 )
 ITL, PROMPT = "vllm:inter_token_latency_seconds", "vllm:request_prompt_tokens"
+GENERATED = "vllm:request_generation_tokens"
 
 # Per release: recorder histogram → (exported name, extra labels on that histogram).
 HISTOGRAMS: Final[dict[str, dict[str, tuple[str, str]]]] = {
@@ -70,8 +80,36 @@ HISTOGRAMS: Final[dict[str, dict[str, tuple[str, str]]]] = {
         PREFILL_BATCH: ("tgi_batch_forward_duration", 'method="prefill"'),
         MEAN_TIME_PER_TOKEN: ("tgi_request_mean_time_per_token_duration", ""),
         PROMPT: ("tgi_request_input_length", ""),
+        GENERATED: ("tgi_request_generated_tokens", ""),
     },
 }
+# Per release: recorder counter → (exported name, extra labels); a counter SGLang creates at
+# its first increment is left out while it is zero.
+COUNTERS: Final[dict[str, dict[str, tuple[str, str]]]] = {
+    "vllm-0.10": {
+        name: (name, "")
+        for name in (
+            "vllm:request_success_total",
+            "vllm:prompt_tokens_total",
+            "vllm:generation_tokens_total",
+            "vllm:num_preemptions_total",
+            "vllm:prefix_cache_queries_total",
+            "vllm:prefix_cache_hits_total",
+        )
+    },
+    "sglang-0.5.23": {
+        "vllm:prompt_tokens_total": ("sglang:prompt_tokens_total", 'is_streaming="true"'),
+        "vllm:generation_tokens_total": ("sglang:generation_tokens_total", 'is_streaming="true"'),
+        "vllm:prompt_tokens_cached_total": ("sglang:cached_tokens_total", 'cache_source="device"'),
+    },
+    "sglang-0.5.2": {
+        "vllm:prompt_tokens_total": ("sglang:prompt_tokens_total", ""),
+        "vllm:generation_tokens_total": ("sglang:generation_tokens_total", ""),
+        "vllm:prompt_tokens_cached_total": ("sglang:cached_tokens_total", ""),
+    },
+    "tgi": {},
+}
+CREATED_AT_FIRST_INCREMENT: Final = frozenset({"sglang:cached_tokens_total"})
 GAUGES: Final[dict[str, tuple[str, str]]] = {
     "vllm-0.10": ("vllm:num_requests_waiting", "vllm:num_requests_running"),
     "sglang-0.5.23": ("sglang:num_queue_reqs", "sglang:num_running_reqs"),
@@ -119,6 +157,11 @@ def render_as(release: str, recorder: MetricRecorder, model: str) -> str:
     lines: list[str] = []
     for source, (name, extra) in HISTOGRAMS[release].items():
         lines += _histogram(name, recorder.histograms[source], labels, extra)
+    for source, (name, extra) in COUNTERS[release].items():
+        value = recorder.counters[source]
+        if value == 0 and name in CREATED_AT_FIRST_INCREMENT:
+            continue
+        lines += [f"# TYPE {name} counter", f"{name}{_labels(labels, extra)} {_number(value)}"]
     waiting, running = GAUGES[release]
     for name, value in ((waiting, recorder.waiting), (running, recorder.running)):
         lines += [f"# TYPE {name} gauge", f"{name}{_labels(labels)} {_number(value)}"]

@@ -5,7 +5,7 @@ Deployment whose simulated engines follow its pods, an InferenceSLA and the oper
 (`slascaler run`), then steps the load 4 → 16 → 4 requests/s and prints `kubectl get
 inferenceslas` every 10 s, `kubectl describe` at the peak, and the events at the end.
 Everything stops and is removed when it ends (about 6 minutes) or on Ctrl-C. The README's
-`kubectl` output was captured with it.
+`kubectl get` output and the `kubectl describe` in docs/operations.md were captured with it.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
 `/api/v1/rules`, answering each query with what a `Behaviour` returns. `engine_answer`
 answers the operator's queries the way Prometheus would for a set of `Pod`s: it reads which
 series and statistic each `slascaler_part` of the query asks for, and returns every pod's
-value under that part (so a test writes series per pod, not PromQL results).
+value under that part (so a test writes series per pod, not PromQL results): histograms,
+gauges (now and a while ago), counters' increases over the window and over the recent window.
 """
 
 from __future__ import annotations
@@ -70,7 +71,11 @@ class Histogram:
 
 @dataclass
 class Pod:
-    """One pod's series: histograms and gauges by series name (with matchers, as queried)."""
+    """One pod's series: histograms and gauges by series name (with matchers, as queried);
+    `counters`, the increases over the window by series name (`vllm:prompt_tokens_total`,
+    `tgi_request_input_length_sum`); `recent`, the increases over the recent window
+    (`vllm:time_to_first_token_seconds_count`); `gauges_then`, the gauges' values the recent
+    window ago (absent: no sample then)."""
 
     name: str
     namespace: str = "ns"
@@ -79,6 +84,9 @@ class Pod:
     samples: float = 30.0  # samples of the running gauge in the window
     newest: float | None = None  # the newest sample's time; None: now
     scrapes: tuple[tuple[str, str], ...] = (("10.0.0.1:8000", "engines"),)
+    counters: Mapping[str, float] = field(default_factory=dict)
+    recent: Mapping[str, float] = field(default_factory=dict)
+    gauges_then: Mapping[str, float] = field(default_factory=dict)
 
 
 _PART = re.compile(r'label_replace\((?P<expr>.*?), "slascaler_part", "(?P<part>[^"]+)", "", ""\)')
@@ -139,6 +147,10 @@ def _values(
         return [(labels, _num(count))]
     if stat in ("avg", "now"):
         return [(labels, _num(pod.gauges[key]))] if key in pod.gauges else []
+    for values, name in ((pod.gauges_then, "then"), (pod.counters, "increase"),
+                         (pod.recent, "recent")):  # fmt: skip
+        if stat == name:
+            return [(labels, _num(values[key]))] if key in values else []
     if key not in pod.gauges:
         return []
     if stat == "samples":
@@ -238,7 +250,8 @@ def vllm_pod(
     capacity_waiting: float | None = 1.0,
     **overrides: Any,
 ) -> Pod:
-    """A vLLM pod that served `requests` requests in the window (TTFT 0.2–0.4 s)."""
+    """A vLLM pod that served `requests` requests in the window (TTFT 0.2–0.4 s), a quarter
+    of them in the recent window, its waiting requests doubled since then."""
     ttft = [0.2 + 0.2 * i / requests for i in range(requests)]
     histograms = {
         TTFT: Histogram.of(ttft, VLLM_TTFT_BUCKETS_S),
@@ -253,6 +266,19 @@ def vllm_pod(
     gauges = {"vllm:num_requests_waiting": 3.0, "vllm:num_requests_running": 8.0}
     if capacity_waiting is not None:
         gauges['vllm:num_requests_waiting_by_reason{reason="capacity"}'] = capacity_waiting
-    fields: dict[str, Any] = {"histograms": histograms, "gauges": gauges}
+    counters = {  # 500-token prompts, 100 of them cached, 200 tokens out
+        "vllm:prompt_tokens_total": 500.0 * requests,
+        "vllm:prompt_tokens_cached_total": 100.0 * requests,
+        "vllm:generation_tokens_total": 200.0 * requests,
+    }
+    recent = {f"{TTFT}_count": requests / 4}
+    gauges_then = {key: value / 2 for key, value in gauges.items()}
+    fields: dict[str, Any] = {
+        "histograms": histograms,
+        "gauges": gauges,
+        "counters": counters,
+        "recent": recent,
+        "gauges_then": gauges_then,
+    }
     fields.update(overrides)
     return Pod(name, namespace, **fields)

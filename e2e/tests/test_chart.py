@@ -64,7 +64,7 @@ def test_defaults_render_cluster_wide_least_privilege(helm_binaries: Path) -> No
     docs = render(helm_binaries, "-f", str(CHART / "ci" / "default-values.yaml"))
     (role,) = by_kind(docs, "ClusterRole")
     rules: dict[tuple[tuple[str, ...], tuple[str, ...]], set[str]] = {}
-    for rule in role["rules"]:  # a resource may be granted in more than one rule: the union
+    for rule in role["rules"]:  # one resource may be granted by two rules (nodes: pools too)
         key = (tuple(rule["apiGroups"]), tuple(rule["resources"]))
         rules.setdefault(key, set()).update(rule["verbs"])
     assert rules[(("slascaler.io",), ("inferenceslas",))] == {"get", "list", "watch", "patch"}
@@ -73,7 +73,7 @@ def test_defaults_render_cluster_wide_least_privilege(helm_binaries: Path) -> No
     assert rules[(("apps",), ("deployments/scale",))] == {"get", "patch"}
     assert rules[(("",), ("pods",))] == {"list"}
     assert rules[(("apps",), ("replicasets",))] == {"list"}
-    # Nodes: get (the GPU labels of a pod's node), list (a GPUPool's nodeSelector limit).
+    # get: a node's GPU labels (engine defaults); list: GPU pools' node selectors.
     assert rules[(("",), ("nodes",))] == {"get", "list"}
     assert rules[(("apiextensions.k8s.io",), ("customresourcedefinitions",))] == {
         "get", "list", "watch"

@@ -436,7 +436,11 @@ def test_unrelated_writes_do_not_starve_a_needed_scale(
     rate = (len(during) - 1) / (during[-1] - during[0])
     assert rate > 8, f"the writer wrote {rate:.1f}/s meanwhile"
     sla = SLAWatch(kube, namespace, "llama-sla")
-    assert sla.status()["lastAction"]["change"] == "replicas 4→2"
+    # The status is written right after the scale, in the same evaluation.
+    poll(
+        lambda: (sla.status().get("lastAction") or {}).get("change") == "replicas 4→2",
+        timeout=20, what="lastAction naming the scale",
+    )  # fmt: skip
     holds = [e for e in sla.events() if e["reason"] == "HoldTargetChanged"]
     assert len(holds) <= 1, holds
 

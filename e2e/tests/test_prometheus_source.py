@@ -12,13 +12,16 @@
   gives each the observation its own queries give, to 1e-9.
 - A pod scraped under two addresses is counted once.
 - Each engine release's series (vLLM 0.33 and 0.10, SGLang 0.5.23 and 0.5.2, TGI), with its
-  own names, labels and buckets, are read, and what the release lacks is said.
+  own names, labels and buckets, are read, and what the release lacks is said; so are its
+  token counters (prompt and generated tokens per second) and the recent window's requests
+  and waiting growth, equal to Prometheus's own `increase` of the same series.
 """
 
 from __future__ import annotations
 
 import io
 import itertools
+import math
 import re
 import time
 from collections.abc import Iterator, Sequence
@@ -299,7 +302,9 @@ def assert_same(ours: Observation, theirs: Observation) -> None:
         mine, yours = (*a.cumulative_counts, a.sum, a.count), (*b.cumulative_counts, b.sum, b.count)
         for x, y in zip(mine, yours, strict=True):
             assert x == pytest.approx(y, rel=1e-9, abs=1e-9), field
-    for field in ("waiting", "running", "waiting_now", "request_rate"):
+    for field in ("waiting", "running", "waiting_now", "request_rate", "prompt_token_rate",
+                  "generation_token_rate", "recent_window_s", "recent_request_rate",
+                  "recent_waiting_growth"):  # fmt: skip
         expected = pytest.approx(getattr(theirs, field), rel=1e-9, nan_ok=True)
         assert getattr(ours, field) == expected, field
     assert ours.reporting_pods == theirs.reporting_pods
@@ -322,7 +327,7 @@ def test_a_batch_gives_each_target_what_its_own_queries_give(
                    SLATarget("team-a", sla("llama-chat")), SLATarget("team-c", sla())]  # fmt: skip
         at = time.time()
         snapshot = source.fetch(targets, at, time.monotonic() + 10)
-        assert snapshot.queries == 6, "one query per histogram family and one for the gauges"
+        assert snapshot.queries == 7, "one query per histogram family, the gauges, the counters"
         batch = [snapshot.observe(t, time.monotonic() + 10) for t in targets]
         single = [source.observe_target(t, at) for t in targets]
         for ours, theirs in zip(batch, single, strict=True):
@@ -402,11 +407,25 @@ def test_each_engine_release_is_read_through_a_real_prometheus(
         assert ours.regime is Regime.QUEUE_BOUND
         assert ours.itl_ms > 0 and observation.reporting_pods == 2
         said = " ".join((*observation.derived, *observation.notes))
+        assert observation.prompt_token_rate > 0 and observation.generation_token_rate > 0
+        assert observation.recent_window_s == 30.0 and observation.recent_request_rate > 0
+        assert math.isfinite(observation.recent_waiting_growth)
+        generated = {"tgi": "tgi_request_generated_tokens_sum",
+                     "vllm": "vllm:generation_tokens_total",
+                     "sglang": "sglang:generation_tokens_total"}[ENGINE[release]]  # fmt: skip
+        at = time.time()  # one instant for the source's queries and Prometheus's own
+        again = source.observe_target(SLATarget(namespace, spec), at)
+        served = prometheus.query(
+            f'sum(increase({generated}{{namespace="{namespace}"}}[{WINDOW_S}s]))', at=at
+        )
+        expected = float(served[0]["value"][1]) / WINDOW_S
+        assert again.generation_token_rate == pytest.approx(expected, rel=1e-6)
         if release == "vllm-0.33":
             assert not said, "the current names: nothing to say"
         if release == "vllm-0.10":
             assert "vllm:time_per_output_token_seconds (vLLM ≤ 0.11)" in said
             assert "waiting requests read from vllm:num_requests_waiting" in said
+            assert "read under vllm:prefix_cache_hits_total" in said
         if release == "sglang-0.5.23":
             assert not observation.derived, "per-request prefill histogram read, not derived"
             assert observation.prompt_tokens is not None and observation.prompt_tokens.total > 0
@@ -417,6 +436,7 @@ def test_each_engine_release_is_read_through_a_real_prometheus(
             assert observation.prefill is not None and observation.queue is not None
             assert observation.prefill.total == pytest.approx(observation.queue.total)
             assert "counts batches, not requests" in said and "no TTFT histogram" in said
+            assert "TGI exports no prefix-cache counter" in said
     finally:
         prometheus.set_targets("engines", [], release)
         server.__exit__()

@@ -53,7 +53,7 @@ def _report(analysis: RegimeAnalysis) -> dict[str, object]:
         "p50_ms": q["p50"],
         "p95_ms": q["p95"],
         "p99_ms": q["p99"],
-        "mean_ms": sum(analysis.component_means_ms.values()),
+        "mean_ms": analysis.ttft_mean_ms,
         "bottleneck_distribution": {
             c: analysis.bottleneck_distribution.get(c, 0.0) for c in COMPONENTS
         },

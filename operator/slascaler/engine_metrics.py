@@ -85,6 +85,22 @@ class GaugeFamily:
 
 
 @dataclass(frozen=True)
+class CounterFamily:
+    """Tokens an engine counts, as each release names the series, newest first: a counter
+    (`…_total`) or a per-request histogram's `_sum`; read as its increase over the window."""
+
+    key: str  # prompt_tokens, cached_tokens, generated_tokens
+    series: tuple[Series, ...]
+    # The engine creates the series at its first increment: a pod that exports the other
+    # token counters but not this one has counted none yet.
+    created_on_first_increment: bool = False
+
+    @property
+    def current(self) -> Series:
+        return self.series[0]
+
+
+@dataclass(frozen=True)
 class EngineMetrics:
     """Everything slascaler reads from one engine's metrics."""
 
@@ -93,6 +109,9 @@ class EngineMetrics:
     histograms: Mapping[str, HistogramFamily]  # absent key: the engine exports no such series
     waiting: GaugeFamily
     running: GaugeFamily
+    # Observed once per request served: its `_count` is what `request_rate` counts.
+    served_requests: Series
+    tokens: Mapping[str, CounterFamily]  # absent key: the engine counts no such tokens
     # What the user must enable for any of these series to exist ("" when always on).
     enable: str = ""
 
@@ -150,6 +169,29 @@ VLLM: Final = EngineMetrics(
         ),
     ),
     running=GaugeFamily("running", (Series("vllm:num_requests_running"),)),
+    served_requests=Series("vllm:time_to_first_token_seconds_count"),
+    tokens={
+        "prompt_tokens": CounterFamily(
+            "prompt_tokens", (Series("vllm:prompt_tokens_total", releases="every vLLM"),)
+        ),
+        "cached_tokens": CounterFamily(
+            "cached_tokens",
+            (
+                Series("vllm:prompt_tokens_cached_total", releases="vLLM 0.33"),
+                Series(
+                    "vllm:prefix_cache_hits_total",
+                    releases="vLLM v1 releases before 0.33 (hits counted at admission)",
+                ),
+                Series(
+                    "vllm:gpu_prefix_cache_hits_total",
+                    releases="early vLLM v1 releases (hits counted at admission)",
+                ),
+            ),
+        ),
+        "generated_tokens": CounterFamily(
+            "generated_tokens", (Series("vllm:generation_tokens_total", releases="every vLLM"),)
+        ),
+    },
 )
 
 SGLANG: Final = EngineMetrics(
@@ -197,6 +239,21 @@ SGLANG: Final = EngineMetrics(
     },
     waiting=GaugeFamily("waiting", (Series("sglang:num_queue_reqs"),)),
     running=GaugeFamily("running", (Series("sglang:num_running_reqs"),)),
+    served_requests=Series("sglang:time_to_first_token_seconds_count"),
+    tokens={
+        "prompt_tokens": CounterFamily(
+            "prompt_tokens", (Series("sglang:prompt_tokens_total", releases="SGLang 0.4–0.5.23"),)
+        ),
+        "cached_tokens": CounterFamily(
+            "cached_tokens",
+            (Series("sglang:cached_tokens_total", releases="SGLang 0.4–0.5.23"),),
+            created_on_first_increment=True,
+        ),
+        "generated_tokens": CounterFamily(
+            "generated_tokens",
+            (Series("sglang:generation_tokens_total", releases="SGLang 0.4–0.5.23"),),
+        ),
+    },
     enable="--enable-metrics",
 )
 
@@ -219,6 +276,16 @@ TGI: Final = EngineMetrics(
     },
     waiting=GaugeFamily("waiting", (Series("tgi_queue_size"),)),
     running=GaugeFamily("running", (Series("tgi_batch_current_size"),)),
+    served_requests=Series("tgi_request_queue_duration_count"),
+    tokens={
+        "prompt_tokens": CounterFamily(
+            "prompt_tokens", (Series("tgi_request_input_length_sum", releases="TGI's router"),)
+        ),
+        "generated_tokens": CounterFamily(
+            "generated_tokens",
+            (Series("tgi_request_generated_tokens_sum", releases="TGI's router"),),
+        ),
+    },
 )
 
 ENGINE_METRICS: Final[dict[Engine, EngineMetrics]] = {
@@ -268,3 +335,8 @@ TGI_DURATION_BUCKETS_S: Final = tuple(0.0001 * 1.5 ** (i + 1) for i in range(35)
 def tgi_input_length_buckets(max_input_tokens: int) -> tuple[float, ...]:
     """TGI's prompt-length buckets: a hundred equal steps up to `--max-input-tokens`."""
     return tuple(max_input_tokens / 100.0 * (i + 1) for i in range(100))
+
+
+def tgi_generated_tokens_buckets(max_total_tokens: int) -> tuple[float, ...]:
+    """TGI's generated-length buckets: a hundred equal steps up to `--max-total-tokens`."""
+    return tuple(max_total_tokens / 100.0 * (i + 1) for i in range(100))

@@ -1,9 +1,10 @@
 """The operator's settings, from environment variables read once at start-up.
 
-Every variable is documented in `VARIABLES` (the README and the chart's values are written
-from the same names). `Settings.from_env` parses and checks them all and raises
-`SettingsError` naming the variable and what to write instead; the result is passed
-explicitly to whatever needs it (no global configuration).
+Every variable is documented in `VARIABLES` (docs/operations.md lists them, a unit test
+checks that it lists every one, and the chart's values are written from the same names).
+`Settings.from_env` parses and checks them all and raises `SettingsError` naming the
+variable and what to write instead; the result is passed explicitly to whatever needs it
+(no global configuration).
 
 Called by `slascaler run` (cli) and the tests.
 """

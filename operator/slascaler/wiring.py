@@ -11,8 +11,8 @@
   with its own peering.
 - A deletion drops the SLA's telemetry series. Kopf puts its finalizer on every
   InferenceSLA that has a timer, so that the timer is stopped before the object goes; with
-  the operator uninstalled, a deletion waits for that finalizer to be removed (the README
-  says how). slascaler itself owns nothing it would have to clean up.
+  the operator uninstalled, a deletion waits for that finalizer to be removed
+  (docs/operations.md says how). slascaler itself owns nothing it would have to clean up.
 - Every reconcile of one object reads the object fresh from the API and holds a per-object
   lock, so the timer and an event never decide at once on stale status (which could repeat
   an action). An API server that does not answer (every call has a timeout, `kube.clients`)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
@@ -182,6 +183,10 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO | None = None) -> 
     policies = args.policies or list(BASELINES)
     if args.ablations:
         policies += [p for p in ABLATIONS if p not in policies]
+    if args.summary and not args.doc:
+        print("slascaler bench: --summary copies the tables of the --doc report: give --doc too",
+              file=err)  # fmt: skip
+        return EXIT_BAD_INPUT
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         print(
@@ -225,7 +230,18 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO | None = None) -> 
             document = document.rstrip("\n") + "\n\n" + pools + "\n"
         Path(args.doc).write_text(document, encoding="utf-8")
         out.write(f"written: {args.doc}\n")
+        if args.summary:
+            _write_summary(Path(args.summary), Path(args.doc), document)
+            out.write(f"written: the benchmark summary in {args.summary}\n")
     return 0
+
+
+def _write_summary(readme: Path, doc: Path, document: str) -> None:
+    from slascaler_sim.report import replace_summary, summary_block
+
+    link = os.path.relpath(doc, readme.parent)
+    text = readme.read_text(encoding="utf-8")
+    readme.write_text(replace_summary(text, summary_block(document, link)), encoding="utf-8")
 
 
 def _bench_pools(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -329,6 +345,11 @@ def register(commands: Any) -> None:
     bench.add_argument("--jobs", type=_count, help="worker processes (one per core)")
     bench.add_argument("--out", help="directory to write bench.csv, bench.md and bench.png")
     bench.add_argument("--doc", help="write the full report (e.g. docs/benchmark.md)")
+    bench.add_argument(
+        "--summary",
+        help="with --doc: replace the bench-summary block of this file (e.g. README.md) with "
+        "the report's ratio and target tables",
+    )
     bench.add_argument("--speed", action="store_true", help="only measure the simulator's speed")
     bench.add_argument(
         "--pools",

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from slascaler.model.histogram import Histogram
-from slascaler.model.observation import Observation
+from slascaler.model.observation import RECENT_WINDOW_S, Observation
 from slascaler.policy.state import (
     DEFAULT_MAX_SURGE,
     DEFAULT_MAX_UNAVAILABLE,
@@ -46,8 +46,6 @@ from slascaler_sim.engine import Phase, Replica, Request
 from slascaler_sim.profiles import CostProfile
 from slascaler_sim.recorder import Layout, MetricRecorder
 from slascaler_sim.routing import least_outstanding, prefix_affinity
-
-RECENT_WINDOW_S = 30.0  # the short window a burst is seen in (Observation.recent_*)
 
 ROUTERS = ("least-outstanding", "prefix-affinity", "round-robin")
 

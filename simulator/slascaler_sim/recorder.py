@@ -42,6 +42,7 @@ from slascaler.engine_metrics import (
     SGLANG_STAGE_BUCKETS_S,
     SGLANG_TTFT_BUCKETS_S,
     TGI_DURATION_BUCKETS_S,
+    tgi_generated_tokens_buckets,
     tgi_input_length_buckets,
 )
 from slascaler.engines import (
@@ -101,6 +102,7 @@ LAYOUTS: Final[dict[str, Layout]] = {
     "tgi": {
         "vllm:request_queue_time_seconds": TGI_DURATION_BUCKETS_S,
         "vllm:request_prompt_tokens": tgi_input_length_buckets(4096),
+        "vllm:request_generation_tokens": tgi_generated_tokens_buckets(4096),
         PREFILL_BATCH: TGI_DURATION_BUCKETS_S,
         MEAN_TIME_PER_TOKEN: TGI_DURATION_BUCKETS_S,
     },

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from fake_prometheus import TTFT, Histogram, Pod, fake_prometheus, serving
 from slascaler.cli import main
+from slascaler.engines import VLLM_REQUEST_LATENCY_BUCKETS_S, VLLM_TTFT_BUCKETS_S
 
 HEADER = "queue_time_ms,tokenization_ms,prefill_ms,first_decode_ms\n"
 REPO = Path(__file__).resolve().parents[2]
@@ -125,3 +127,25 @@ def test_console_script_reads_standard_input() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "TTFT analysis of - (50 requests)" in result.stdout
+
+
+def test_prometheus_mean_is_the_ttft_histograms_mean() -> None:
+    """The components' means need not add up to TTFT's (here queue + prefill > TTFT, so no
+    tokenization overhead is left): the mean printed is TTFT's own."""
+    latency = VLLM_REQUEST_LATENCY_BUCKETS_S
+    pod = Pod(
+        "llama-6d4cf56db6-x7k2p",
+        histograms={
+            TTFT: Histogram.of([0.3] * 20, VLLM_TTFT_BUCKETS_S),
+            "vllm:request_queue_time_seconds": Histogram.of([0.2] * 20, latency),
+            "vllm:request_prefill_time_seconds": Histogram.of([0.2] * 20, latency),
+        },
+        gauges={"vllm:num_requests_waiting": 0.0, "vllm:num_requests_running": 2.0},
+    )
+    with fake_prometheus(serving([pod])) as prometheus:
+        status, text = run(["analyze", "--prometheus", prometheus.url, "--namespace", "ns",
+                            "--deployment", "llama", "--format", "json"])  # fmt: skip
+    assert status == 0, text
+    report = json.loads(text)
+    assert sum(report["component_means_ms"].values()) == pytest.approx(400.0)
+    assert report["mean_ms"] == pytest.approx(300.0)

@@ -228,8 +228,9 @@ def test_a_batch_gives_each_target_what_its_own_queries_give() -> None:
         batch = source.observe_many(targets, now)
         batch_queries = len(prometheus.queries)
         single = [source.observe_target(t, now) for t in targets]
-    assert batch_queries == 6, "one query per histogram family, one for the gauges"
+    assert batch_queries == 7, "one query per histogram family, the gauges, the counters"
     assert [b.ttft.total for b in batch if b.ttft] == [60, 30, 10]
+    assert [b.generation_token_rate * 120 for b in batch] == pytest.approx([12000, 6000, 2000])
     for ours, theirs in zip(batch, single, strict=True):
         assert ours == theirs
 

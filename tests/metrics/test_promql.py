@@ -9,11 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slascaler.engine_metrics import SGLANG, VLLM
+from slascaler.engine_metrics import SGLANG, TGI, VLLM
 from slascaler.metrics.promql import (
     OwnedPods,
     PodSelector,
     Scope,
+    counters_query,
     deployment_pod_pattern,
     duration,
     escape_regex,
@@ -72,12 +73,49 @@ def test_selector_pins_namespace_and_pod_pattern() -> None:
         "sum by (le) (increase(vllm:time_to_first_token_seconds_bucket{"
     )
     assert queries.buckets.endswith("[120000ms]))")
-    gauges = gauges_query(VLLM, selector.scope(), 30)
+    gauges = gauges_query(VLLM, selector.scope(), 30, 30)
     assert "max by (namespace, pod, instance, job) (count_over_time(vllm:num_requests_running{" in (
         gauges
     )
     assert 'vllm:num_requests_waiting_by_reason{namespace="team-a",pod=~"^llama' in gauges
     assert ',reason="capacity"}' in gauges
+
+
+def test_the_counters_query_reads_every_token_series_and_the_recent_requests() -> None:
+    """One query per (engine, window): each token counter's increase over the window by
+    pod and scrape target, every name it has had, and the requests of the recent window."""
+    query = counters_query(VLLM, Scope(("a",)), 120, 30)
+    group = "sum by (namespace, pod, instance, job)"
+    for index, name in enumerate(
+        ("vllm:prompt_tokens_cached_total", "vllm:prefix_cache_hits_total",
+         "vllm:gpu_prefix_cache_hits_total")
+    ):  # fmt: skip
+        expected = f'label_replace({group} (increase({name}{{namespace="a"}}[120000ms])), '
+        assert expected + f'"slascaler_part", "cached_tokens:{index}:increase", "", "")' in query
+    for key, name in (("prompt_tokens", "vllm:prompt_tokens_total"),
+                      ("generated_tokens", "vllm:generation_tokens_total")):  # fmt: skip
+        assert f'{group} (increase({name}{{namespace="a"}}[120000ms])), ' in query
+        assert f'"{key}:0:increase"' in query
+    recent = 'increase(vllm:time_to_first_token_seconds_count{namespace="a"}[30000ms])'
+    assert f'label_replace({group} ({recent}), "slascaler_part", "requests:0:recent"' in query
+    assert query.count(" or ") == 5
+
+
+def test_tgi_counts_tokens_with_its_histograms_sums_and_requests_with_its_queue() -> None:
+    query = counters_query(TGI, Scope(("a",)), 60, 30)
+    assert 'increase(tgi_request_input_length_sum{namespace="a"}[60000ms])' in query
+    assert 'increase(tgi_request_generated_tokens_sum{namespace="a"}[60000ms])' in query
+    assert 'increase(tgi_request_queue_duration_count{namespace="a"}[30000ms])' in query
+    assert "cached_tokens" not in query
+
+
+def test_the_gauges_query_reads_the_waiting_requests_the_recent_window_ago() -> None:
+    query = gauges_query(SGLANG, Scope(("a",)), 120, 30)
+    assert (
+        'label_replace(sum by (namespace, pod, instance, job) '
+        '(sglang:num_queue_reqs{namespace="a"} offset 30000ms), "slascaler_part", '
+        '"waiting:0:then", "", "")'
+    ) in query
 
 
 def test_an_explicit_pod_pattern_replaces_the_name_pattern() -> None:

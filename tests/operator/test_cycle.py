@@ -138,9 +138,11 @@ def test_inference_slas_due_together_share_one_batch_of_queries() -> None:
             spec = make_spec(targetRef={"name": name})
             alone = bed.source.observe_target(Target(namespace, spec), ours.observed_at)
             assert ours.ttft is not None and ours.ttft.total == 10 + i
-            for field in ("ttft", "queue", "prefill", "itl", "waiting", "running"):
+            for field in ("ttft", "queue", "prefill", "itl", "waiting", "running",
+                          "prompt_token_rate", "generation_token_rate", "recent_request_rate",
+                          "recent_waiting_growth"):  # fmt: skip
                 assert getattr(ours, field) == getattr(alone, field), field
-    assert batched == 6, "one query per histogram family and one for the gauges, for all 30"
+    assert batched == 7, "one query per histogram family, the gauges, the counters, for all 30"
     sizes = {s.name: s.value for s in bed.telemetry.batch_size.collect()[0].samples}
     assert sizes["slascaler_evaluation_batch_size_sum"] == 30
 

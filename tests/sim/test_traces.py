@@ -136,3 +136,28 @@ def test_unknown_policy_and_bad_seeds_are_refused(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         main(["bench", "--seeds", "one"], io.StringIO())
     assert "must be whole numbers separated by commas" in capsys.readouterr().err
+
+
+def test_the_readme_summary_is_the_reports_ratio_and_target_tables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = jsonl(tmp_path, *(row(i * 250, 300, 30) for i in range(900)))
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\nbefore\n<!-- bench-summary:start -->\nold\n"
+                      "<!-- bench-summary:end -->\nafter\n")  # fmt: skip
+    doc = tmp_path / "docs" / "benchmark.md"
+    doc.parent.mkdir()
+    argv = ["bench", "--trace", str(path), "--policies", "slascaler,Oracle", "--doc", str(doc)]
+    assert main([*argv, "--summary", str(readme)], io.StringIO()) == 0
+    text = readme.read_text()
+    assert text.startswith("# x\n\nbefore\n<!-- bench-summary:start -->\nFrom [docs/benchmark.md]")
+    assert text.endswith("<!-- bench-summary:end -->\nafter\n") and "old" not in text
+    report = doc.read_text()
+    for heading in ("## Ratios per scenario", "## Targets of the control-quality issue"):
+        table = report.split(heading)[1].split("\n## ")[0]
+        assert "#" + heading + table.rstrip("\n") in text
+    assert "## Every run" in report and "Every run" not in text
+    # Without --doc there is nothing to copy: refused, and the README is left as it was.
+    assert main(["bench", "--quick", "--summary", str(readme)], io.StringIO()) == 2
+    assert "give --doc too" in capsys.readouterr().err
+    assert readme.read_text() == text

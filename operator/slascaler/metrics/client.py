@@ -32,7 +32,7 @@ from urllib.parse import urlencode
 
 import urllib3
 
-from slascaler.metrics.series import Sample
+from slascaler.metrics.answers import Sample
 
 RETRY_ON_STATUS = frozenset({429, 500, 502, 503, 504})
 _GET_LIMIT = 4000  # longer queries go as a POST form (URLs are cut at 8 KiB by many proxies)

@@ -2,16 +2,19 @@
 
 For each target's pods it rebuilds the increase over the window of the TTFT, queue-time,
 prefill-time, inter-token-latency and prompt-length histograms, the window averages of the
-waiting and running gauges, the pods serving, and the time of the newest sample (which
-becomes `observed_at`, so that a Prometheus that stopped scraping reads as stale).
+waiting and running gauges, the pods serving, the time of the newest sample (which
+becomes `observed_at`, so that a Prometheus that stopped scraping reads as stale), the
+prompt and generated tokens per second, and a short recent window's requests per second and
+growth of the waiting requests (`metrics.work`).
 
 Two ways in, one way of reading:
 
 - `fetch(targets, now, deadline)` asks for a whole batch of targets at once — one query per
-  metric family and (engine, window), over the namespaces of the batch, run concurrently —
-  and returns a `Snapshot` that gives each target its Observation (`Snapshot.observe`),
-  summing the pods that match the target's pod pattern (`metrics.series`). The operator's
-  evaluation cycle uses it (`cycle`); `observe_many` is the same for a list of targets.
+  histogram family, one for the gauges and one for the token counters, per (engine, window),
+  over the namespaces of the batch, run concurrently — and returns a `Snapshot` that gives
+  each target its Observation (`Snapshot.observe`), summing the pods that match the
+  target's pod pattern (`metrics.series`, `metrics.targets`). The operator's evaluation
+  cycle uses it (`cycle`); `observe_many` is the same for a list of targets.
 - `observe(namespace, spec, now, pods)` is a batch of one, its queries narrowed to the
   target's pods in Prometheus (the `MetricSource` interface: `slascaler analyze`, the
   per-SLA path).
@@ -22,14 +25,16 @@ asks for the union of the targets' name patterns and each target keeps its own p
 
 Both read answers the same way, so a batch gives what single queries give (the e2e suite
 checks the two to 1e-9). Where the chart's recording rules exist (found in `/api/v1/rules`,
-looked up every few minutes), the histogram increases are read from them.
+looked up every few minutes), the histogram increases are read from them (the token
+counters, one query of a few series, are always read raw).
 
 What can go wrong is explicit, and never an exception for the caller: an unreachable, slow
 or failing server, or an answer that is not what the API documents (`metrics.client`), gives
 `source_error` naming the URL and the problem; a series that is absent or is not a histogram
-(`metrics.series`) leaves the field None and `problems` says which and why; NaN and ±Inf are
-kept (the Observation reports the histogram as not finite). Engines that lack a series get
-it approximated from the others, said in `derived`.
+(`metrics.targets`) leaves the field None and `problems` says which and why; NaN and ±Inf are
+kept (the Observation reports the histogram as not finite); a token counter no pod exports
+leaves its rate NaN, said in `notes`. Engines that lack a series get it approximated from
+the others, said in `derived`.
 
 Called by the evaluation cycle and `slascaler analyze --prometheus`.
 """
@@ -44,6 +49,14 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from slascaler.engine_metrics import ENGINE_METRICS, EngineMetrics
+from slascaler.metrics.answers import (
+    CounterAnswer,
+    FamilyAnswer,
+    GaugeAnswer,
+    Malformed,
+    Sample,
+    TargetAnswers,
+)
 from slascaler.metrics.client import (
     ClientSettings,
     PrometheusClient,
@@ -54,20 +67,13 @@ from slascaler.metrics.promql import (
     OwnedPods,
     PodSelector,
     Scope,
+    counters_query,
     family_query,
     gauges_query,
     pods_pattern,
 )
-from slascaler.metrics.series import (
-    FamilyAnswer,
-    GaugeAnswer,
-    Malformed,
-    Request,
-    Sample,
-    TargetAnswers,
-    observation_for,
-)
-from slascaler.model.observation import Observation
+from slascaler.metrics.series import Request, observation_for
+from slascaler.model.observation import Observation, recent_window_s
 from slascaler.spec import Engine, SLASpec
 
 log = logging.getLogger("slascaler.metrics")
@@ -139,7 +145,7 @@ class _Group:
             try:
                 results[name] = future.result()
             except QueryFailed as error:
-                what = "the gauges" if name == "gauges" else f"the {name} histograms"
+                what = f"the {name}" if name in ("gauges", "counters") else f"the {name} histograms"
                 return None, f"asking for {what}: {error}"
         try:
             return (
@@ -149,6 +155,7 @@ class _Group:
                         for name in self.metrics.histograms
                     },
                     gauges=GaugeAnswer(results["gauges"], *self.labels),
+                    counters=CounterAnswer(results["counters"], *self.labels),
                 ),
                 None,
             )
@@ -280,7 +287,8 @@ class PrometheusSource:
         return [snapshot.observe(target, deadline) for target in targets]
 
     def fetch(self, targets: Iterable[Target], now: float, deadline: float) -> Snapshot:
-        """Send one query per metric family for each (engine, window) among `targets`, over
+        """Send one query per histogram family, one for the gauges and one for the token
+        counters, for each (engine, window) among `targets`, over
         their namespaces and pods, all at once; the Snapshot waits for each group's answers
         only when a target of that group is observed."""
         snapshot = Snapshot(now, self.settings.url, self.labels, monotonic=self.clock)
@@ -301,7 +309,9 @@ class PrometheusSource:
                 name: family_query(family, scope, key[1], recorded)
                 for name, family in group.metrics.histograms.items()
             }
-            queries["gauges"] = gauges_query(group.metrics, scope, key[1])
+            recent = recent_window_s(key[1])
+            queries["gauges"] = gauges_query(group.metrics, scope, key[1], recent)
+            queries["counters"] = counters_query(group.metrics, scope, key[1], recent)
             for name, query in queries.items():
                 group.futures[name] = self._pool.submit(self.client.query, query, now, deadline)
             snapshot.queries += len(queries)

@@ -9,13 +9,14 @@ Kubernetes cuts it for long names); names are escaped both as a regular expressi
 and as a PromQL string. Whatever a user writes in an InferenceSLA ends up inside a string
 literal, so it can neither widen the selector to another namespace nor add PromQL of its own.
 
-The queries the operator sends (`family_query`, `gauges_query`) answer *per pod and scrape
-target* (`sum by (namespace, pod, instance, job[, le])`), one query per metric family and
-window: the caller sums pods into targets (`metrics.series`), which lets one query serve
-every InferenceSLA of an evaluation cycle (a `Scope` of several namespaces) as exactly as
-one target's own, counts a pod scraped under two addresses once, and tells an engine
-release's series from an older one's. The parts of one answer (buckets, `_sum`, `_count`;
-each gauge statistic) are told apart by a `slascaler_part` label added with `label_replace`.
+The queries the operator sends (`family_query`, `gauges_query`, `counters_query`) answer
+*per pod and scrape target* (`sum by (namespace, pod, instance, job[, le])`), one query per
+metric family and window: the caller sums pods into targets (`metrics.targets`), which lets
+one query serve every InferenceSLA of an evaluation cycle (a `Scope` of several namespaces)
+as exactly as one target's own, counts a pod scraped under two addresses once, and tells an
+engine release's series from an older one's. The parts of one answer (buckets, `_sum`,
+`_count`; each gauge statistic; each token counter) are told apart by a `slascaler_part`
+label added with `label_replace`.
 Where recording rules precompute the per-pod increases (`recording_rules`, the chart's
 PrometheusRule), `family_query` reads the recorded series instead of `increase()`.
 
@@ -31,7 +32,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from slascaler.engine_metrics import EngineMetrics, GaugeFamily, HistogramFamily, Series
+from slascaler.engine_metrics import (
+    CounterFamily,
+    EngineMetrics,
+    GaugeFamily,
+    HistogramFamily,
+    Series,
+)
 
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 # Characters RE2 treats as syntax; everything else matches itself.
@@ -327,35 +334,53 @@ def recorded_catalog(families: tuple[HistogramFamily, ...]) -> list[dict[str, st
     return [catalog[slug] for slug in sorted(catalog)]
 
 
-def _gauge_parts(gauge: GaugeFamily, scope: Scope, window_s: float) -> list[str]:
-    window = duration(window_s)
-    group = scope.group()
+def _gauge_parts(gauge: GaugeFamily, scope: Scope, window_s: float, recent_s: float) -> list[str]:
+    window, recent, group = duration(window_s), duration(recent_s), scope.group()
     parts = []
     for index, series in enumerate(gauge.series):
-        match = _matchers(scope, series)
-        parts.append(
-            _part(
-                f"sum by ({group}) (avg_over_time({series.name}{match}[{window}]))",
-                f"{gauge.key}:{index}:avg",
-            )
-        )
-        parts.append(_part(f"sum by ({group}) ({series.name}{match})", f"{gauge.key}:{index}:now"))
+        match, name = _matchers(scope, series), f"{gauge.key}:{index}"
+        average = f"sum by ({group}) (avg_over_time({series.name}{match}[{window}]))"
+        parts.append(_part(average, f"{name}:avg"))
+        parts.append(_part(f"sum by ({group}) ({series.name}{match})", f"{name}:now"))
+        then = f"sum by ({group}) ({series.name}{match} offset {recent})"
+        parts.append(_part(then, f"{name}:then"))
     return parts
 
 
-def gauges_query(metrics: EngineMetrics, scope: Scope, window_s: float) -> str:
+def gauges_query(metrics: EngineMetrics, scope: Scope, window_s: float, recent_s: float) -> str:
     """The waiting and running gauges per pod and scrape target: window averages (parts
-    `waiting:<i>:avg`, `running:<i>:avg`), values now (`…:now`), and of the running gauge
-    the samples each pod has in the window (`running:0:samples`, so that a pod that started
-    mid-window counts for the part it served) and its newest sample's time
-    (`running:0:newest`, so that a Prometheus that stopped scraping reads as stale)."""
+    `waiting:<i>:avg`, `running:<i>:avg`), values now (`…:now`) and `recent_s` ago (`…:then`,
+    the last sample at or before then), and of the running gauge the samples each pod has in
+    the window (`running:0:samples`, so that a pod that started mid-window counts for the
+    part it served) and its newest sample's time (`running:0:newest`, so that a Prometheus
+    that stopped scraping reads as stale)."""
     running = metrics.running.current
     match, window, group = _matchers(scope, running), duration(window_s), scope.group()
-    parts = _gauge_parts(metrics.waiting, scope, window_s)
-    parts += _gauge_parts(metrics.running, scope, window_s)
+    parts = _gauge_parts(metrics.waiting, scope, window_s, recent_s)
+    parts += _gauge_parts(metrics.running, scope, window_s, recent_s)
     parts.append(
         _part(f"max by ({group}) (count_over_time({running.name}{match}[{window}]))",
               "running:0:samples")
     )  # fmt: skip
     parts.append(_part(f"max by ({group}) (timestamp({running.name}{match}))", "running:0:newest"))
+    return " or ".join(parts)
+
+
+def _counter_part(series: Series, scope: Scope, seconds: float, part: str) -> str:
+    increase = f"increase({series.name}{_matchers(scope, series)}[{duration(seconds)}])"
+    return _part(f"sum by ({scope.group()}) ({increase})", part)
+
+
+def counters_query(metrics: EngineMetrics, scope: Scope, window_s: float, recent_s: float) -> str:
+    """The token counters' increases over the window per pod and scrape target, every name
+    each has had (parts `<key>:<i>:increase`), and the requests served in the last
+    `recent_s` seconds (`requests:0:recent`). `increase()` reads across a counter's reset (a
+    restarted engine), so no increase is negative."""
+    families: tuple[CounterFamily, ...] = tuple(metrics.tokens.values())
+    parts = [
+        _counter_part(series, scope, window_s, f"{family.key}:{index}:increase")
+        for family in families
+        for index, series in enumerate(family.series)
+    ]
+    parts.append(_counter_part(metrics.served_requests, scope, recent_s, "requests:0:recent"))
     return " or ".join(parts)

@@ -17,8 +17,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Final
 
 from slascaler.model.histogram import Histogram
+
+RECENT_WINDOW_S: Final = 30.0  # the short window a burst is seen in (`recent_*`)
+
+
+def recent_window_s(window_s: float) -> float:
+    """The short window's length within an evaluation window of `window_s` seconds."""
+    return min(RECENT_WINDOW_S, window_s)
 
 
 @dataclass(frozen=True)
