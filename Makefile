@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml simulator/pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-## lint: import contract (pure core does no I/O), ruff
+## lint: import contracts (the layers; the pure core does no I/O), ruff
 lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check operator simulator tests e2e conftest.py docs

@@ -2,7 +2,10 @@
 
 `pytest` runs the unit, property and simulator tests only; `pytest --e2e` also runs the tests
 under `e2e/tests/`, which start (or reuse, with `--kubeconfig`) a control plane and
-Prometheus. Every test under `e2e/` is marked `e2e` automatically.
+Prometheus. Every test under `e2e/` is marked `e2e` automatically, except those marked
+`helm` (the chart rendered without a cluster): they need only the helm binary, so plain
+`pytest` runs them when it is built (`make substrate`) and skips them, saying so, when not
+(their `helm_binaries` fixture, e2e/tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     skip = pytest.mark.skip(reason="e2e test: run with --e2e")
     for item in items:
         if E2E_DIR in Path(str(item.fspath)).parents:
+            if item.get_closest_marker("helm") is not None:
+                continue  # needs no cluster: its fixture finds helm or skips
             item.add_marker(pytest.mark.e2e)
             if not config.getoption("--e2e"):
                 item.add_marker(skip)

@@ -4,10 +4,15 @@
 pinned in `versions.env` into `~/.cache/slascaler/bin/<hash of versions.env>/` (or
 `$SLASCALER_CACHE/bin/...`) and prints that directory; with everything built it returns in
 well under a second. Used by the e2e fixtures and `python -m e2e.cluster`.
+
+`find_built(name)` only looks: the binary built for the pinned versions, or None (never
+builds). Used where a test needs one binary and should be skipped rather than wait for a
+build (the chart tests under plain `pytest` need only `helm`).
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -38,3 +43,20 @@ def ensure_binaries() -> Path:
     if missing:
         raise RuntimeError(f"build.sh did not produce {', '.join(missing)} in {directory}")
     return directory
+
+
+def built_directory() -> Path:
+    """Where `build.sh` puts the binaries of the pinned versions, built or not: the cache
+    (`$SLASCALER_CACHE`, else ~/.cache/slascaler) / bin / the POSIX cksum of versions.env."""
+    cache = Path(os.environ.get("SLASCALER_CACHE") or Path.home() / ".cache" / "slascaler")
+    with (HERE / "versions.env").open("rb") as versions:
+        stamp = subprocess.run(
+            ["cksum"], stdin=versions, check=True, capture_output=True, text=True
+        ).stdout.split()[0]
+    return cache / "bin" / stamp
+
+
+def find_built(name: str) -> Path | None:
+    """The substrate binary `name` built for the pinned versions; None when it is not built."""
+    path = built_directory() / name
+    return path if path.is_file() and os.access(path, os.X_OK) else None

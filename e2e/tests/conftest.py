@@ -4,6 +4,9 @@
   cluster named by `--kubeconfig` or `SLASCALER_E2E_KUBECONFIG` (e.g. kind with KWOK GPU
   nodes, see e2e/kind/README.md; never the ambient KUBECONFIG, so that no test touches a
   cluster by accident).
+- `helm_binaries` (session): the binaries' directory, for the tests marked `helm` (the chart
+  without a cluster): built under `--e2e` like `substrate`'s; under plain `pytest` only found
+  (`find_built`), the test skipped with the reason when helm is not built.
 - `prometheus` (session): a real Prometheus whose targets a test sets (file discovery).
 - `operator_image` (session): the operator image built (or found) by `operator/image/build.sh`,
   its root filesystem extracted, for the chart's stand-in kubelet.
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from e2e.cluster.binaries import ensure_binaries
+from e2e.cluster.binaries import ensure_binaries, find_built
 from e2e.cluster.local import LocalCluster
 from e2e.cluster.processes import poll
 from e2e.cluster.prometheus import PrometheusServer
@@ -83,6 +86,20 @@ class Substrate:
 @pytest.fixture(scope="session")
 def binaries() -> Path:
     return ensure_binaries()
+
+
+@pytest.fixture(scope="session")
+def helm_binaries(request: pytest.FixtureRequest) -> Path:
+    """The directory holding helm: built if need be under --e2e; else found, or skip."""
+    if request.config.getoption("--e2e"):
+        return ensure_binaries()
+    helm = find_built("helm")
+    if helm is None:
+        pytest.skip(
+            "helm is not built for e2e/cluster/versions.env: `make substrate` builds it "
+            "(or run with --e2e)"
+        )
+    return helm.parent
 
 
 @pytest.fixture(scope="session")

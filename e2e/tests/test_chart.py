@@ -3,7 +3,10 @@ files renders what matters (RBAC rules, the hardened securityContext, values wir
 operator's environment, the optional objects, peering when replicated), the Grafana dashboard
 (every panel's query reads metrics the operator or the engines really export) and the alerts
 (each with its runbook entry). That every dashboard query returns data and that an alert fires
-is in test_scenarios.py, against the e2e Prometheus."""
+is in test_scenarios.py, against the e2e Prometheus.
+
+Marked `helm`: plain `pytest` runs these when the helm binary is built (`make substrate`)
+and skips them, saying so, when it is not."""
 
 from __future__ import annotations
 
@@ -29,17 +32,19 @@ from slascaler.engine_metrics import ENGINE_METRICS
 from slascaler.metrics.promql import recording_rules
 from slascaler.settings import Settings
 
+pytestmark = pytest.mark.helm  # no cluster: runs under plain pytest when helm is built
+
 VALUES = sorted((CHART / "ci").glob("*.yaml"))
 
 
-def helm(binaries: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def helm(helm_binaries: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(binaries / "helm"), *args], capture_output=True, text=True, timeout=60
+        [str(helm_binaries / "helm"), *args], capture_output=True, text=True, timeout=60
     )
 
 
-def render(binaries: Path, *extra: str) -> list[dict[str, Any]]:
-    result = helm(binaries, "template", "rel", str(CHART), "--namespace", "ops", *extra)
+def render(helm_binaries: Path, *extra: str) -> list[dict[str, Any]]:
+    result = helm(helm_binaries, "template", "rel", str(CHART), "--namespace", "ops", *extra)
     assert result.returncode == 0, result.stderr
     return [d for d in yaml.safe_load_all(result.stdout) if d]
 
@@ -49,14 +54,14 @@ def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("values", VALUES, ids=[v.stem for v in VALUES])
-def test_lint_is_clean(binaries: Path, values: Path) -> None:
-    result = helm(binaries, "lint", str(CHART), "--strict", "-f", str(values))
+def test_lint_is_clean(helm_binaries: Path, values: Path) -> None:
+    result = helm(helm_binaries, "lint", str(CHART), "--strict", "-f", str(values))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout
 
 
-def test_defaults_render_cluster_wide_least_privilege(binaries: Path) -> None:
-    docs = render(binaries, "-f", str(CHART / "ci" / "default-values.yaml"))
+def test_defaults_render_cluster_wide_least_privilege(helm_binaries: Path) -> None:
+    docs = render(helm_binaries, "-f", str(CHART / "ci" / "default-values.yaml"))
     (role,) = by_kind(docs, "ClusterRole")
     rules: dict[tuple[tuple[str, ...], tuple[str, ...]], set[str]] = {}
     for rule in role["rules"]:  # one resource may be granted by two rules (nodes: pools too)
@@ -74,7 +79,7 @@ def test_defaults_render_cluster_wide_least_privilege(binaries: Path) -> None:
         "get", "list", "watch"
     }  # fmt: skip
     assert rules[(("autoscaling",), ("horizontalpodautoscalers",))] == {"list"}
-    # Shared GPU pools: GPUPools listed, their status written, nodes and quotas read.
+    # Shared GPU pools: GPUPools listed, their status written, nodes (above) and quotas read.
     assert rules[(("slascaler.io",), ("gpupools",))] == {"list"}
     assert rules[(("slascaler.io",), ("gpupools/status",))] == {"patch"}
     assert rules[(("",), ("resourcequotas",))] == {"get"}
@@ -89,8 +94,8 @@ def test_defaults_render_cluster_wide_least_privilege(binaries: Path) -> None:
     assert by_kind(docs, "ConfigMap") == [] and by_kind(docs, "PrometheusRule") == []
 
 
-def test_pod_is_hardened_and_env_carries_the_values(binaries: Path) -> None:
-    docs = render(binaries, "-f", str(CHART / "ci" / "ha-namespaced-values.yaml"))
+def test_pod_is_hardened_and_env_carries_the_values(helm_binaries: Path) -> None:
+    docs = render(helm_binaries, "-f", str(CHART / "ci" / "ha-namespaced-values.yaml"))
     (deployment,) = by_kind(docs, "Deployment")
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -118,8 +123,8 @@ def test_pod_is_hardened_and_env_carries_the_values(binaries: Path) -> None:
     assert deployment["spec"]["replicas"] == 2
 
 
-def test_namespaced_install_uses_roles_and_peering_per_namespace(binaries: Path) -> None:
-    docs = render(binaries, "-f", str(CHART / "ci" / "ha-namespaced-values.yaml"))
+def test_namespaced_install_uses_roles_and_peering_per_namespace(helm_binaries: Path) -> None:
+    docs = render(helm_binaries, "-f", str(CHART / "ci" / "ha-namespaced-values.yaml"))
     # Cluster-scoped objects: nodes (GPU labels), CRDs and namespaces (Kopf) are only read;
     # GPU pools' rules (GPUPools and nodes are cluster-scoped) come in a ClusterRole of their own.
     roles = {r["metadata"]["name"]: r for r in by_kind(docs, "ClusterRole")}
@@ -143,7 +148,7 @@ def test_namespaced_install_uses_roles_and_peering_per_namespace(binaries: Path)
             namespaced["rules"]
         )
     without = render(
-        binaries, "-f", str(CHART / "ci" / "ha-namespaced-values.yaml"),
+        helm_binaries, "-f", str(CHART / "ci" / "ha-namespaced-values.yaml"),
         "--set", "gpuPoolsEnabled=false",
     )  # fmt: skip
     assert [r["metadata"]["name"] for r in by_kind(without, "ClusterRole")] == [
@@ -173,31 +178,31 @@ def test_namespaced_install_uses_roles_and_peering_per_namespace(binaries: Path)
     assert by_kind(docs, "PodDisruptionBudget")[0]["spec"]["minAvailable"] == 1
 
 
-def test_every_object_has_the_standard_labels(binaries: Path) -> None:
+def test_every_object_has_the_standard_labels(helm_binaries: Path) -> None:
     for values in VALUES:
-        for doc in render(binaries, "-f", str(values)):
+        for doc in render(helm_binaries, "-f", str(values)):
             labels = doc["metadata"]["labels"]
             assert labels["app.kubernetes.io/name"] == "slascaler", doc["kind"]
             assert labels["app.kubernetes.io/instance"] == "rel"
             assert labels["app.kubernetes.io/managed-by"] == "Helm"
 
 
-def test_bad_values_are_refused_by_the_schema(binaries: Path) -> None:
-    result = helm(binaries, "template", "rel", str(CHART), "--set", "reconcileInterval=often")
+def test_bad_values_are_refused_by_the_schema(helm_binaries: Path) -> None:
+    result = helm(helm_binaries, "template", "rel", str(CHART), "--set", "reconcileInterval=often")
     assert result.returncode != 0 and "reconcileInterval" in result.stderr
-    result = helm(binaries, "template", "rel", str(CHART), "--set", "replicaCount=0")
+    result = helm(helm_binaries, "template", "rel", str(CHART), "--set", "replicaCount=0")
     assert result.returncode != 0 and "replicaCount" in result.stderr
 
 
-def test_crds_come_from_the_single_source(binaries: Path) -> None:
+def test_crds_come_from_the_single_source(helm_binaries: Path) -> None:
     link = CHART / "crds"
     assert link.is_symlink() and link.resolve() == (CHART.parents[1] / "manifests" / "crds")
-    result = helm(binaries, "show", "crds", str(CHART))
+    result = helm(helm_binaries, "show", "crds", str(CHART))
     assert "name: inferenceslas.slascaler.io" in result.stdout
 
 
-def test_dashboard_is_a_configmap_for_grafanas_sidecar(binaries: Path) -> None:
-    docs = render(binaries, "-f", str(CHART / "ci" / "ha-namespaced-values.yaml"))
+def test_dashboard_is_a_configmap_for_grafanas_sidecar(helm_binaries: Path) -> None:
+    docs = render(helm_binaries, "-f", str(CHART / "ci" / "ha-namespaced-values.yaml"))
     (config_map,) = by_kind(docs, "ConfigMap")
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert config_map["metadata"]["namespace"] == "monitoring"
@@ -224,8 +229,8 @@ def json_text(config_map: dict[str, Any]) -> str:
     return str(config_map["data"]["slascaler.json"])
 
 
-def test_every_dashboard_query_reads_metrics_that_are_exported(binaries: Path) -> None:
-    dashboard = dashboard_of(render(binaries, "--set", "dashboardEnabled=true"))
+def test_every_dashboard_query_reads_metrics_that_are_exported(helm_binaries: Path) -> None:
+    dashboard = dashboard_of(render(helm_binaries, "--set", "dashboardEnabled=true"))
     exported = operator_metric_names() | engine_metric_names()
     variables = variable_queries(dashboard).items()
     queries = panel_queries(dashboard) + [(f"${name}", sel) for name, (sel, _) in variables]
@@ -243,8 +248,8 @@ def test_every_dashboard_query_reads_metrics_that_are_exported(binaries: Path) -
     }
 
 
-def test_alerts_read_exported_metrics_and_link_their_runbook_entry(binaries: Path) -> None:
-    docs = render(binaries, "--set", "alertsEnabled=true", "--set", "alertsLabels.team=ml")
+def test_alerts_read_exported_metrics_and_link_their_runbook_entry(helm_binaries: Path) -> None:
+    docs = render(helm_binaries, "--set", "alertsEnabled=true", "--set", "alertsLabels.team=ml")
     (rule,) = by_kind(docs, "PrometheusRule")
     rules = [r for group in rules_of(docs) for r in group["rules"]]
     assert {r["alert"] for r in rules} == {
@@ -271,18 +276,18 @@ def test_alerts_read_exported_metrics_and_link_their_runbook_entry(binaries: Pat
     assert rule["metadata"]["namespace"] == "ops"
 
 
-def test_bad_alert_and_dashboard_values_are_refused(binaries: Path) -> None:
+def test_bad_alert_and_dashboard_values_are_refused(helm_binaries: Path) -> None:
     for bad in ("alertsSlaNotMetFor=soon", "alertsActionFailuresThreshold=0",
                 "dashboardNamespace=Not_A_Name"):  # fmt: skip
-        result = helm(binaries, "template", "rel", str(CHART), "--set", bad)
+        result = helm(helm_binaries, "template", "rel", str(CHART), "--set", bad)
         assert result.returncode != 0 and bad.split("=")[0] in result.stderr, bad
 
 
-def test_a_shard_release_carries_its_selector_and_cycle_settings(binaries: Path) -> None:
+def test_a_shard_release_carries_its_selector_and_cycle_settings(helm_binaries: Path) -> None:
     """Sharding by label: each release serves the InferenceSLAs its selector matches, with
     its own peering (the release's name), and the operator accepts what the chart writes."""
     docs = render(
-        binaries, "--set", "selector=shard in (a\\,b)", "--set", "replicaCount=2",
+        helm_binaries, "--set", "selector=shard in (a\\,b)", "--set", "replicaCount=2",
         "--set", "maxConcurrentEvaluations=32", "--set", "evaluationTimeout=5s",
         "--set", "batchWindow=500ms",
     )  # fmt: skip
@@ -297,12 +302,12 @@ def test_a_shard_release_carries_its_selector_and_cycle_settings(binaries: Path)
     assert (settings.evaluation_timeout_s, settings.batch_window_s) == (5.0, 0.5)
 
 
-def test_recording_rules_are_the_operators_own(binaries: Path) -> None:
+def test_recording_rules_are_the_operators_own(helm_binaries: Path) -> None:
     """The PrometheusRule (off by default) records exactly the series the operator reads,
     with the expressions `metrics.promql.recording_rules` gives, per window."""
-    assert not by_kind(render(binaries), "PrometheusRule")
+    assert not by_kind(render(helm_binaries), "PrometheusRule")
     docs = render(
-        binaries, "--set", "recordingRulesEnabled=true",
+        helm_binaries, "--set", "recordingRulesEnabled=true",
         "--set", "recordingRulesWindowSeconds={120,60}", "--set", "podLabel=kubernetes_pod",
     )  # fmt: skip
     (rule,) = by_kind(docs, "PrometheusRule")
@@ -315,10 +320,10 @@ def test_recording_rules_are_the_operators_own(binaries: Path) -> None:
         )
 
 
-def test_the_defaults_are_accepted_with_a_short_interval(binaries: Path) -> None:
+def test_the_defaults_are_accepted_with_a_short_interval(helm_binaries: Path) -> None:
     """The chart's defaults leave the cycle's deadline and batch window to the operator, which
     shortens them for a short interval (a fixed 10s deadline refused a 2s interval)."""
-    docs = render(binaries, "--set", "reconcileInterval=2s")
+    docs = render(helm_binaries, "--set", "reconcileInterval=2s")
     (deployment,) = by_kind(docs, "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     env = {e["name"]: e.get("value") for e in container["env"] if e.get("value") is not None}

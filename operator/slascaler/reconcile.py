@@ -13,15 +13,17 @@
    Event; it does not → it was never made, and the status says so.
 4. Observe the window (`MetricSource`) and decide (`policy.decide`, pure) with the memory
    kept in the status and, in a shared GPU pool, the grant of the pool's coordinator
-   (`pools.GrantSource`: at most the replicas the pool allows it now).
-5. Act, in mode Auto only, after re-validating the decision: it must keep every bound, and a
-   fresh read of the Deployment must match the one decided on in everything the decision
-   depends on (else hold, `HoldTargetChanged`). The action is announced in the status first
-   (write-ahead: `pendingAction`, with the memory that records it), then written as one
-   conditional patch of the Deployment (replicas and engine flags together), so an operator
-   killed in between restarts into step 3 instead of repeating or forgetting it. A refused
-   write changes nothing and says why; a write whose outcome is unknown (no answer) stays
-   pending and is settled by the next evaluation.
+   (`GrantSource`, answered by `pools.PoolCoordinator`: at most the replicas the pool
+   allows it now).
+5. Act (`acting.act`), in mode Auto only, after re-validating the decision: it must keep
+   every bound, and a fresh read of the Deployment must match the one decided on in
+   everything the decision depends on (else hold, `HoldTargetChanged`). The action is
+   announced in the status first (write-ahead: `pendingAction`, with the memory that
+   records it), then written as one conditional patch of the Deployment (replicas and
+   engine flags together), so an operator killed in between restarts into step 3 instead
+   of repeating or forgetting it. A refused write changes nothing and says why; a write
+   whose outcome is unknown (no answer) stays pending and is settled by the next
+   evaluation.
 6. Write the status (with the EngineFlags condition: every flag usable where it lives, or
    each value that is not and the fix) and post Events (`status.choose_event`; a Warning
    Event when the Conflict condition turns True or changes reason, `status.conflict_event`);
@@ -38,18 +40,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from slascaler.engine_args import EngineArgsError
-from slascaler.kube.actuation import (
-    TargetChanged,
-    action_event_name,
-    apply_changes,
-    patch_status,
-    post_event,
-)
+from slascaler.acting import Acted, act
+from slascaler.kube.actuation import action_event_name, patch_status, post_event
 from slascaler.kube.api import Json, KubeAPI, kube_time
-from slascaler.kube.errors import KubeError, Unreachable
+from slascaler.kube.errors import KubeError
 from slascaler.kube.fleet import ContainerMissing, FleetView, TargetMissing, read_fleet
 from slascaler.metrics.source import MetricSource
 from slascaler.policy import (
@@ -58,15 +54,14 @@ from slascaler.policy import (
     Decision,
     PolicyMemory,
     PolicyState,
-    Reason,
     Tunables,
     decide,
 )
 from slascaler.policy.decide import DEFAULT_TUNABLES
 from slascaler.policy.decision import Status
-from slascaler.pools import GrantSource
+from slascaler.policy.pool import PoolGrant
 from slascaler.resolution import objective_resolvable
-from slascaler.spec import Mode, SLASpec, SpecError, parse_spec
+from slascaler.spec import Mode, SpecError, parse_spec
 from slascaler.status import (
     PendingAction,
     bid_to_status,
@@ -100,32 +95,16 @@ class Evaluation:
     status: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class _Outcome:
-    """How acting on a decision went."""
+class GrantSource(Protocol):
+    """What the `Reconciler` asks before deciding: this InferenceSLA's share of its GPU pool
+    (`pools.PoolCoordinator` answers it)."""
 
-    acted: tuple[Change, ...] = ()
-    last_action: Any = None
-    hold: tuple[Reason, str, bool] | None = None  # (reason code, reason, failed)
-    pending: PendingAction | None = None  # announced, outcome unknown: settled next time
-    written: Json | None = None  # the Deployment as the API server wrote it
-
-
-def validate_decision(decision: Decision, spec: SLASpec) -> str | None:
-    """Why the decision breaks a bound of the spec, or None; checked again before acting."""
-    if not spec.replicas.contains(decision.replicas):
-        return f"replicas {decision.replicas} outside [{spec.replicas.min}, {spec.replicas.max}]"
-    for knob, bounds, value in (
-        ("maxBatchSize", spec.max_batch_size, decision.max_batch_size),
-        ("chunkSize", spec.chunk_size, decision.chunk_size),
-    ):
-        changed = any(c.knob == knob for c in decision.changes)
-        if changed and (bounds is None or value is None or not bounds.contains(value)):
-            return f"{knob} {value} outside spec.knobs.{knob}"
-    return None
+    def grant_for(self, sla: Json) -> PoolGrant | None: ...
 
 
 class Reconciler:
+    """Evaluates one InferenceSLA at a time (`reconcile`), over any `KubeAPI`."""
+
     def __init__(
         self,
         api: KubeAPI,
@@ -212,9 +191,13 @@ class Reconciler:
         # Whether the engine's buckets can tell if the objectives are met (metrics side).
         conditions["ObjectiveResolvable"] = objective_resolvable(spec, observation)
         reason_code, reason = decision.reason_code, decision.reason
-        outcome = _Outcome(last_action=last_action)
+        outcome = Acted(last_action=last_action)
         if decision.acts and auto:
-            outcome = self._act(sla, spec, view, decision, now, last_action, written_at)
+            outcome = act(
+                self.api, self.telemetry,
+                lambda patch: self._write_status(namespace, name, patch),
+                sla, spec, view, decision, now, last_action, written_at,
+            )  # fmt: skip
             if outcome.acted:
                 memory_out = decision.memory_if_applied
                 for change in outcome.acted:
@@ -277,101 +260,6 @@ class Reconciler:
             namespace, name, decision.summary(), f"{rate:.2f}" if rate else "unknown",
         )  # fmt: skip
         return Evaluation(decision, outcome.acted, status)
-
-    # -- acting ---------------------------------------------------------------------------
-
-    def _act(
-        self,
-        sla: Json,
-        spec: SLASpec,
-        view: FleetView,
-        decision: Decision,
-        now: float,
-        last_action: Any,
-        written_at: float | None,
-    ) -> _Outcome:
-        meta = sla["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
-        broken = validate_decision(decision, spec)
-        if broken is not None:  # a bug in the policy: refuse it loudly, never act on it
-            log.error("%s/%s: decision rejected: %s", namespace, name, broken)
-            return _Outcome(
-                last_action=last_action,
-                hold=(Reason.DECISION_REJECTED, f"decision rejected: {broken}", True),
-            )
-
-        def reread() -> FleetView:
-            return read_fleet(self.api, namespace, spec, sla, written_at)
-
-        try:
-            fresh = reread()
-        except (TargetMissing, ContainerMissing, KubeError) as error:
-            return _Outcome(
-                last_action=last_action,
-                hold=(Reason.HOLD_TARGET_CHANGED, f"re-reading the target: {error}", False),
-            )
-        if not fresh.same_as(view):
-            return _Outcome(
-                last_action=last_action,
-                hold=(
-                    Reason.HOLD_TARGET_CHANGED,
-                    "the Deployment changed while deciding: deciding again next window",
-                    False,
-                ),
-            )
-        pending = PendingAction.of(decision, kube_time(now))
-        # Write-ahead: a restart after this point finds the action and settles it.
-        if not self._write_status(namespace, name, {"pendingAction": pending.to_status()}):
-            return _Outcome(
-                last_action=last_action,
-                hold=(
-                    Reason.ACTION_FAILED,
-                    "not acting: the status could not be written first (see the operator's "
-                    "log), and an action the status does not announce could be repeated",
-                    True,
-                ),
-            )
-        knobs: dict[str, int] = {c.knob: c.new for c in decision.changes if c.knob != "replicas"}
-        replicas = next((c.new for c in decision.changes if c.knob == "replicas"), None)
-        try:
-            written = apply_changes(
-                self.api, namespace, spec.target.name, fresh, replicas, knobs, reread
-            )
-        except EngineArgsError as error:  # a knob the view cannot set: a bug, refused loudly
-            log.error("%s/%s: not acting: %s", namespace, name, error)
-            return _Outcome(
-                last_action=last_action,
-                hold=(Reason.ACTION_FAILED, f"not acting: {error}", True),
-            )
-        except TargetChanged as error:
-            return _Outcome(
-                last_action=last_action,
-                hold=(Reason.HOLD_TARGET_CHANGED, f"not acting: {error}", False),
-            )
-        except (TargetMissing, ContainerMissing) as error:
-            return _Outcome(
-                last_action=last_action,
-                hold=(Reason.HOLD_TARGET_CHANGED, f"not acting: {error}", False),
-            )
-        except Unreachable as error:
-            self.telemetry.errors.labels("kubernetes").inc()
-            return _Outcome(
-                last_action=last_action,
-                hold=(
-                    Reason.ACTION_FAILED,
-                    f"writing {pending.change} got no answer ({error}): whether it was made is "
-                    "checked on the next evaluation",
-                    True,
-                ),
-                pending=pending,
-            )
-        except KubeError as error:
-            self.telemetry.errors.labels("kubernetes").inc()
-            return _Outcome(
-                last_action=last_action,
-                hold=(Reason.ACTION_FAILED, f"could not change {pending.change}: {error}", True),
-            )
-        return _Outcome(decision.changes, pending.last_action(), None, None, written)
 
     # -- status and events ------------------------------------------------------------------
 

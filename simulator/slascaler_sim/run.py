@@ -27,8 +27,7 @@ from slascaler.engines import ENGINES
 from slascaler.model.regime import Regime
 from slascaler.policy import Tunables
 from slascaler.policy.decide import DEFAULT_TUNABLES
-from slascaler.pools import GrantSource
-from slascaler.reconcile import Evaluation, Reconciler
+from slascaler.reconcile import Evaluation, GrantSource, Reconciler
 from slascaler.spec import Engine
 from slascaler.telemetry import Telemetry
 from slascaler_sim.cluster import SimCluster, SimDeployment

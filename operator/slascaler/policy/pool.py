@@ -19,7 +19,7 @@ pool's GPU limit, `arbitrate` grants replicas one at a time, in this order:
 3. **spare headroom**: replicas beyond a member's need that its stabilization still keeps,
    by priority. Spare replicas come after every need, so a member short of GPUs takes
    them first from members with spare headroom, then from lower-priority ones; but spare
-   headroom is never lent to a member of lower priority (`_allocate`).
+   headroom is never lent to a member of lower priority (`pool_shares.allocate`).
 
 A member that does not follow a grant (mode Recommend, a dry run, another autoscaler on
 its Deployment, not evaluated yet: `acting=False`) keeps what it runs, counted against the
@@ -39,257 +39,30 @@ never go Pending for GPUs another member is still giving up).
 arbitration, for the Events on both sides. Pure: called by the operator's pool coordinator
 (`slascaler.pools`); each member's grant reaches its own reconcile as `PolicyState.grant`
 and is applied by `policy.steps.budget`.
+
+The data (`Member`, `PoolGrant`, `Move`, `Arbitration`) lives in `policy.pool_types` and is
+re-exported here; the numbers (`allocate`, `admit`) in `policy.pool_shares`. This module
+assembles the grants and explains them (the moves, each grant's message).
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
 
 from slascaler.model.latency import ReplicaWorth
+from slascaler.policy.pool_shares import admit, allocate
+from slascaler.policy.pool_types import Arbitration, Member, Move, PoolGrant, Preemption
 
-
-class Preemption(StrEnum):
-    """Why a member's share is below what it would keep (the `Preempted` condition's reason)."""
-
-    BY_HIGHER_PRIORITY = "ByHigherPriority"
-    BY_GREATER_GAIN = "ByGreaterGain"
-    SPARE_HEADROOM = "SpareHeadroom"
-
-
-@dataclass(frozen=True)
-class Member:
-    """One InferenceSLA of the pool, as the arbitration sees it."""
-
-    key: str  # namespace/name
-    priority: int
-    gpus_per_replica: int  # GPUs one pod of its Deployment asks for (0: outside the budget)
-    min_replicas: int
-    max_replicas: int
-    replicas: int  # the Deployment's spec.replicas now
-    wanted: int | None = None  # what its load calls for; None: no bid (held where it is)
-    held: int | None = None  # highest count its rules recommended over its window (≥ wanted)
-    worth: ReplicaWorth | None = None
-    acting: bool = True  # False: it does not follow a grant (see the module docstring)
-    why_not_acting: str = ""
-    issued: int | None = None  # `allowed` of the previous arbitration
-    holding: int | None = None  # pods that hold GPUs now (scheduled, terminating included)
-    protected_up_to: int | None = None  # replicas it took, kept while its rules keep them
-
-    def bounded(self, value: int) -> int:
-        return max(self.min_replicas, min(self.max_replicas, value))
-
-    @property
-    def need(self) -> int:
-        """What its load calls for, within its bounds (its current count without a bid)."""
-        return self.bounded(self.replicas if self.wanted is None else self.wanted)
-
-    @property
-    def keep(self) -> int:
-        """What it runs by its own rules: its need, or more while stabilization holds it."""
-        held = self.need if self.held is None else self.bounded(self.held)
-        return max(self.need, min(held, self.bounded(self.replicas)))
-
-    @property
-    def held_bounded(self) -> int:
-        return self.need if self.held is None else max(self.need, self.bounded(self.held))
-
-    @property
-    def protected(self) -> int:
-        """Up to which count its replicas are protected as needs: those it took, while its
-        own rules still want them (`held`: the highest count recommended over its
-        stabilization window), even before its new pods run."""
-        if self.protected_up_to is None:
-            return self.need
-        return max(self.need, min(self.held_bounded, self.protected_up_to))
-
-    @property
-    def claim_limit(self) -> int:
-        """The most replicas it claims: what it keeps, or what it took and still wants."""
-        return max(self.keep, self.protected)
-
-
-@dataclass(frozen=True)
-class PoolGrant:
-    """One member's grant: its share, what it may run now, and why, in words."""
-
-    pool: str
-    granted: int  # its share of the budget (replicas)
-    allowed: int  # what it may run now (≤ granted while GPUs owed to it are still held)
-    wanted: int  # its need, within its bounds
-    preempted_by: tuple[str, ...] = ()  # the members its replicas went to
-    preemption: Preemption | None = None
-    message: str = ""  # why the share is what it is
-    acting: bool = True
-
-
-@dataclass(frozen=True)
-class Move:
-    """GPUs that went from one member's share to another's in one arbitration."""
-
-    giver: str
-    taker: str
-    gpus: int
-    preempted: bool  # True: taken from the giver; False: the giver's own rules released them
-    why: str
-
-
-@dataclass(frozen=True)
-class Arbitration:
-    """The outcome for the whole pool."""
-
-    limit: int
-    grants: Mapping[str, PoolGrant]
-    moves: tuple[Move, ...]
-    used: int  # GPUs of the members' current replicas
-    granted_gpus: int  # GPUs of the shares (acting members) and of what the others run
-    minimums_unfunded: tuple[str, ...]  # members whose min does not fit, lowest priority first
-    minimum_gpus: int  # GPUs the minimums (and what non-acting members run) need
-    protected_up_to: Mapping[str, int | None] = field(default_factory=dict)
-
-    @property
-    def exhausted(self) -> bool:
-        """Some acting member's need is not granted."""
-        return any(g.acting and g.granted < g.wanted for g in self.grants.values())
-
-
-# -- the greedy allocation ------------------------------------------------------------------
-
-
-PROTECTED_GAIN = 1e9  # a taken replica ranks after replicas that make a fleet stable at all
-
-
-def _claim_key(member: Member, replica: int, granted: int) -> tuple[float, ...]:
-    """The order of the claim on `member`'s `replica`-th replica (smaller goes first).
-
-    Needs (and replicas it took, while its own rules keep them) come before spare headroom;
-    within them, priority, then the predicted gain: a replica without which a fleet is
-    saturated first (infinite gain), then a taken one, then the others by their gain.
-    """
-    protected = member.protected_up_to is not None and replica <= member.protected
-    if replica <= member.need or protected:
-        gain = member.worth.gain(replica) if member.worth is not None else 0.0
-        if protected:
-            gain = max(gain, PROTECTED_GAIN)
-        return (0, -member.priority, -gain, granted)
-    return (1, -member.priority, 0.0, granted)
-
-
-def _greedy(
-    members: Sequence[Member], budget: int, start: Mapping[str, int] | None = None
-) -> tuple[dict[str, int], tuple[str, ...]]:
-    """Shares for `members` within `budget` GPUs in claim order (from their minimums, or from
-    `start`); the members whose min did not fit (lowest priority first)."""
-    shares = dict(start) if start is not None else {m.key: m.min_replicas for m in members}
-    remaining = budget
-    unfunded: list[str] = []
-    for member in sorted(members, key=lambda m: (-m.priority, m.key)):
-        cost = shares[member.key] * member.gpus_per_replica
-        if cost > remaining:
-            unfunded.append(member.key)
-        remaining -= cost
-    if remaining < 0:  # the minimums alone exceed the budget: nothing more is granted
-        return shares, tuple(reversed(unfunded))
-    by_key = {m.key: m for m in members}
-    heap: list[tuple[tuple[float, ...], str]] = []
-
-    def offer(member: Member) -> None:
-        replica = shares[member.key] + 1
-        if replica <= member.claim_limit:
-            key = _claim_key(member, replica, shares[member.key] - member.min_replicas)
-            heapq.heappush(heap, (key, member.key))
-
-    for member in members:
-        offer(member)
-    while heap:
-        _, key = heapq.heappop(heap)
-        member = by_key[key]
-        if member.gpus_per_replica > remaining:
-            continue  # its next replica does not fit (nor do the ones after it)
-        shares[key] += 1
-        remaining -= member.gpus_per_replica
-        offer(member)
-    return shares, ()
-
-
-def _allocate(members: Sequence[Member], budget: int) -> tuple[dict[str, int], tuple[str, ...]]:
-    """Shares in claim order, then spare headroom kept from members of lower priority.
-
-    In claim order every need comes before any spare headroom, so a member short of GPUs
-    takes spare headroom first. But a member's spare headroom (what its stabilization still
-    keeps) is insurance for its own load coming back: lending it to a member of lower
-    priority would only have it taken back, a pod start-up later. So each member keeps the
-    share it would get if only members of its priority or higher competed, the difference
-    taken from members of lower priority (the lowest first, never below their min).
-    """
-    shares, unfunded = _greedy(members, budget)
-    if unfunded:
-        return shares, unfunded
-    levels = sorted({m.priority for m in members}, reverse=True)
-    for level in levels[:-1]:
-        upper = [m for m in members if m.priority >= level]
-        lower = [m for m in members if m.priority < level]
-        reserved = sum(m.min_replicas * m.gpus_per_replica for m in lower)
-        alone, _ = _greedy(upper, budget - reserved)
-        for member in (m for m in upper if m.priority == level):
-            missing = alone[member.key] - shares[member.key]
-            givers = sorted(lower, key=lambda m: (m.priority, m.key))
-            available = sum((shares[g.key] - g.min_replicas) * g.gpus_per_replica for g in givers)
-            restore = min(missing, available // max(1, member.gpus_per_replica))
-            if restore <= 0:
-                continue
-            owed = restore * member.gpus_per_replica
-            for giver in givers:
-                taken = 0
-                while owed > 0 and shares[giver.key] > giver.min_replicas:
-                    shares[giver.key] -= 1
-                    owed -= giver.gpus_per_replica
-                    taken += 1
-                if owed < 0:  # took more than owed: give back the whole replicas it can
-                    back = min(taken, -owed // giver.gpus_per_replica)
-                    shares[giver.key] += back
-                    owed += back * giver.gpus_per_replica
-            shares[member.key] += restore
-    # GPUs left over by whole replicas of different sizes go to the claims that fit them.
-    shares, _ = _greedy(members, budget, shares)
-    return shares, ()
-
-
-# -- admission into free GPUs -----------------------------------------------------------------
-
-
-def _admit(
-    members: Sequence[Member], shares: Mapping[str, int], fixed: Sequence[Member], limit: int
-) -> dict[str, int]:
-    """What each acting member may run now: its share when it shrinks; when it grows, what
-    it already holds or was allowed, plus what is free now, by the order of the claims."""
-    reserve = {m.key: max(m.replicas, m.issued or 0, m.holding or 0) for m in members}
-    free = limit - sum(reserve[m.key] * m.gpus_per_replica for m in members)
-    free -= sum(max(m.replicas, m.holding or 0) * m.gpus_per_replica for m in fixed)
-    allowed: dict[str, int] = {}
-    growing = []
-    for member in members:
-        share = shares[member.key]
-        if share <= member.replicas:
-            allowed[member.key] = share
-        else:
-            growing.append(member)
-    for member in sorted(growing, key=lambda m: (-m.priority, m.key)):
-        share = shares[member.key]
-        # What it may already run: its replicas, or what it was allowed before (its own
-        # terminating pods count as used, never as room for new ones).
-        start = min(share, max(member.replicas, member.issued or 0))
-        more = 0
-        if member.gpus_per_replica > 0:
-            more = min(share - start, max(0, free) // member.gpus_per_replica)
-        else:
-            more = share - start
-        free -= more * member.gpus_per_replica
-        allowed[member.key] = start + more
-    return allowed
+__all__ = [
+    "Arbitration",
+    "Member",
+    "Move",
+    "PoolGrant",
+    "Preemption",
+    "arbitrate",
+    "held_at_current",
+]
 
 
 # -- explanations -------------------------------------------------------------------------------
@@ -421,9 +194,9 @@ def arbitrate(
     acting = [m for m in budgeted if m.acting]
     fixed = [m for m in budgeted if not m.acting]
     fixed_gpus = sum(m.replicas * m.gpus_per_replica for m in fixed)
-    shares, unfunded = _allocate(acting, limit - fixed_gpus)
-    would, _ = _allocate(budgeted, limit)  # as if every member followed its grant
-    allowed = _admit(acting, shares, fixed, limit)
+    shares, unfunded = allocate(acting, limit - fixed_gpus)
+    would, _ = allocate(budgeted, limit)  # as if every member followed its grant
+    allowed = admit(acting, shares, fixed, limit)
     moves = _moves(acting, shares, previous)
     grants: dict[str, PoolGrant] = {}
     protected: dict[str, int | None] = {}
