@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 
 from slascaler.kube.api import Json
-from slascaler.metrics.promql import OwnedPods
 from slascaler.model.observation import Observation
+from slascaler.owned_pods import OwnedPods
 from slascaler.reconcile import Evaluation, Reconciler
 from slascaler.spec import Engine, SLASpec
 from slascaler.telemetry import Telemetry

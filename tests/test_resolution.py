@@ -4,6 +4,7 @@ too wide to tell, is said with the bucket and the engine flag that adds one ther
 from __future__ import annotations
 
 from builders import observation_from_samples, spec
+from edge import Edge
 from slascaler.engine_metrics import SGLANG_TTFT_BUCKETS_S
 from slascaler.model.histogram import Histogram
 from slascaler.model.samples import TTFTBreakdown
@@ -53,3 +54,15 @@ def test_an_itl_objective_is_checked_too() -> None:
 
 def test_a_narrow_bucket_resolves() -> None:
     assert condition_for(90).status == "True"  # 80–100 ms: a fifth of the objective wide
+
+
+def test_the_condition_reaches_the_written_status() -> None:
+    """Through the operator's reconcile on the in-memory cluster (the status pruned by the
+    CRD's schema, as the API server does): the condition is there, with its reason and fix."""
+    edge = Edge({"objectives": {"ttft": {"percentile": 95, "thresholdMs": 2000}},
+                 "replicas": {"min": 1, "max": 16}})  # fmt: skip
+    edge.source.observation = observation_from_samples(SAMPLES, pods=4, itl_ms=[20.0] * 30)
+    edge.reconcile()
+    condition = edge.condition("ObjectiveResolvable")
+    assert (condition["status"], condition["reason"]) == ("False", "WideBucket")
+    assert "--custom-histogram-buckets" in condition["message"]

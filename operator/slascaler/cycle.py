@@ -43,9 +43,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from slascaler.metrics.prometheus import PrometheusSource, Snapshot, Target
-from slascaler.metrics.promql import OwnedPods, pods_pattern
+from slascaler.metrics.promql import pods_pattern
 from slascaler.metrics.source import MetricSource
 from slascaler.model.observation import Observation
+from slascaler.owned_pods import OwnedPods
 from slascaler.spec import SLASpec
 from slascaler.telemetry import Telemetry
 

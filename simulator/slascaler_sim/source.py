@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from slascaler.kube.errors import NotFound
-from slascaler.metrics.promql import OwnedPods
 from slascaler.model.observation import Observation
+from slascaler.owned_pods import OwnedPods
 from slascaler.spec import SLASpec
 from slascaler_sim.cluster import SimCluster
 

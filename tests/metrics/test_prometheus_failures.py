@@ -85,7 +85,10 @@ def test_long_batches_are_posted() -> None:
     """A batch over many namespaces is longer than a URL should be: sent as a POST form."""
     pods = [vllm_pod(namespace=f"team-{i:03d}") for i in range(300)]
     with fake_prometheus(lambda q, n: Reply(200, engine_answer(q, pods))) as prometheus:
-        source = PrometheusSource(PrometheusSettings(prometheus.url, recording_rules=False))
+        # The fake server builds 300 pods' answers in Python: give it time on a busy machine
+        # (what is tested is the POST, not the speed).
+        settings = PrometheusSettings(prometheus.url, recording_rules=False, deadline_s=120)
+        source = PrometheusSource(settings)
         targets = [Target(p.namespace, make_spec()) for p in pods]
         observations = source.observe_many(targets, time.time())
         assert max(len(q) for q in prometheus.queries) > 8000

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from slascaler.engine_metrics import SGLANG, TGI, VLLM
 from slascaler.metrics.promql import (
-    OwnedPods,
     PodSelector,
     Scope,
     counters_query,
@@ -27,6 +26,7 @@ from slascaler.metrics.promql import (
     recorded_name,
     recording_rules,
 )
+from slascaler.owned_pods import OwnedPods
 
 
 def unescape_promql_string(text: str) -> str:

@@ -24,9 +24,9 @@ import yaml
 from builders import observation_from_samples
 from edge import status_schema
 from slascaler.kube.api import Json
-from slascaler.metrics.promql import OwnedPods
 from slascaler.model.observation import Observation
 from slascaler.model.samples import TTFTBreakdown
+from slascaler.owned_pods import OwnedPods
 from slascaler.pool_spec import PoolSpecError, gpus_per_replica, parse_pool
 from slascaler.pools import PoolCoordinator
 from slascaler.reconcile import Reconciler

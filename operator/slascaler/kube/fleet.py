@@ -51,7 +51,7 @@ from slascaler.kube.writers import (
     replicas_overwritten,
     rollout_in_progress,
 )
-from slascaler.metrics.promql import OwnedPods
+from slascaler.owned_pods import OwnedPods
 from slascaler.policy import FleetState
 from slascaler.policy.state import DEFAULT_MAX_UNAVAILABLE, resolve_max_unavailable
 from slascaler.spec import Bounds, SLASpec

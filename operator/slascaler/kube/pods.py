@@ -22,7 +22,7 @@ from typing import Any
 from slascaler.engines import GPU
 from slascaler.kube.api import Json, KubeAPI
 from slascaler.kube.errors import Forbidden, NotFound
-from slascaler.metrics.promql import OwnedPods
+from slascaler.owned_pods import OwnedPods
 
 PRODUCT, MEMORY = "nvidia.com/gpu.product", "nvidia.com/gpu.memory"
 COMPUTE_MAJOR, COMPUTE_MINOR = "nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor"

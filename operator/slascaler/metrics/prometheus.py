@@ -19,7 +19,7 @@ Two ways in, one way of reading:
   target's pods in Prometheus (the `MetricSource` interface: `slascaler analyze`, the
   per-SLA path).
 
-A target's pods are those Kubernetes says the Deployment has (`promql.OwnedPods`: the pods
+A target's pods are those Kubernetes says the Deployment has (`owned_pods.OwnedPods`: the pods
 of the ReplicaSets it owns), where the caller read them, else its pod-name pattern; a batch
 asks for the union of the targets' name patterns and each target keeps its own pods.
 
@@ -64,7 +64,6 @@ from slascaler.metrics.client import (
     QueryObserver,
 )
 from slascaler.metrics.promql import (
-    OwnedPods,
     PodSelector,
     Scope,
     counters_query,
@@ -74,6 +73,7 @@ from slascaler.metrics.promql import (
 )
 from slascaler.metrics.series import Request, observation_for
 from slascaler.model.observation import Observation, recent_window_s
+from slascaler.owned_pods import OwnedPods
 from slascaler.spec import Engine, SLASpec
 
 log = logging.getLogger("slascaler.metrics")

@@ -39,6 +39,7 @@ from slascaler.engine_metrics import (
     HistogramFamily,
     Series,
 )
+from slascaler.owned_pods import GENERATED_BASE_MAX, OwnedPods
 
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 # Characters RE2 treats as syntax; everything else matches itself.
@@ -75,7 +76,7 @@ def escape_regex(value: str) -> str:
 # template hash (k8s.io/apimachinery's rand.SafeEncodeString) and for the random suffix.
 _GENERATED = "[bcdfghjklmnpqrstvwxz2456789]"
 # The API server cuts a generateName base to 58 characters before adding 5 random ones.
-_GENERATED_BASE_MAX = 58
+_GENERATED_BASE_MAX = GENERATED_BASE_MAX
 _SUFFIX_LENGTH = 5
 _HASH_MAX_LENGTH = 10  # a uint32 hash in decimal digits
 
@@ -106,21 +107,6 @@ def deployment_pod_pattern(deployment: str) -> str:
 
 # Matches no name at all, not even the empty one (which a series without the label has).
 NO_POD = "[^\\s\\S]"
-
-
-@dataclass(frozen=True)
-class OwnedPods:
-    """The pods Kubernetes says a Deployment has: the ReplicaSets it owns, and the pods they
-    own now (by name), read by `kube.fleet`."""
-
-    replica_sets: tuple[str, ...]
-    pods: tuple[tuple[str, str], ...] = ()  # (pod, its ReplicaSet)
-
-    def cut(self) -> tuple[str, ...]:
-        """ReplicaSets whose pod names the API server cuts before the suffix: their pods'
-        names cannot be told from those of another ReplicaSet with the same first 58
-        characters, so only their current pods, by exact name, are theirs."""
-        return tuple(rs for rs in self.replica_sets if len(rs) + 1 > _GENERATED_BASE_MAX)
 
 
 def owned_pods_pattern(owned: OwnedPods) -> str:

@@ -2,7 +2,7 @@
 
 A `MetricSource` turns (namespace, spec, now) into an `Observation` of the target's pods
 over the spec's window. `pods`, when given, are what Kubernetes says the Deployment's pods
-are (`kube.fleet`: the ReplicaSets it owns and their pods, `promql.OwnedPods`); without it a
+are (`kube.fleet`: the ReplicaSets it owns and their pods, `owned_pods.OwnedPods`); without it a
 source falls back to the Deployment's pod-name pattern. It never raises for what the
 outside world does: an unreachable server, an empty result or a NaN come back inside the
 Observation (`source_error`, `problems`, `None` fields) so that the policy holds and says why.
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from slascaler.metrics.promql import OwnedPods
 from slascaler.model.observation import Observation
+from slascaler.owned_pods import OwnedPods
 from slascaler.spec import SLASpec
 
 
