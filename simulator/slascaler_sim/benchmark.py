@@ -160,7 +160,9 @@ POLICIES: dict[str, PolicyFactory] = {
 }
 BASELINES = tuple(POLICIES)
 POLICIES.update({name: _ablation(switch) for name, switch in ABLATIONS.items()})
-REPLICAS_ONLY = frozenset(BASELINES) - {SLASCALER}
+# Policies that only change replicas, the engine flags fixed at the scenario's (the oracle's
+# too); the hindsight-best static configuration chooses flags as well, so it is not one.
+REPLICAS_ONLY = frozenset(BASELINES) - {SLASCALER, STATIC_HINDSIGHT}
 
 
 @dataclass(frozen=True)

@@ -153,9 +153,13 @@ def test_the_readme_summary_is_the_reports_ratio_and_target_tables(
     assert text.startswith("# x\n\nbefore\n<!-- bench-summary:start -->\nFrom [docs/benchmark.md]")
     assert text.endswith("<!-- bench-summary:end -->\nafter\n") and "old" not in text
     report = doc.read_text()
-    for heading in ("## Ratios per scenario", "## Targets of the control-quality issue"):
-        table = report.split(heading)[1].split("\n## ")[0]
-        assert "#" + heading + table.rstrip("\n") in text
+    ratios = report.split("## Ratios per scenario")[1].split("\n## ")[0]
+    assert "### Ratios per scenario" + ratios.rstrip("\n") in text
+    # The target verdicts counted per scenario and target: mine.jsonl, judged once per seed.
+    verdicts = report.split("## Targets of the control-quality issue")[1].split("\n## ")[0]
+    judged = [line for line in verdicts.splitlines() if line.startswith("| 1 ")]
+    met = [line for line in judged if "| yes |" in line]
+    assert f"| mine.jsonl | {len(met)}/{len(judged)} |" in text
     assert "## Every run" in report and "Every run" not in text
     # Without --doc there is nothing to copy: refused, and the README is left as it was.
     assert main(["bench", "--quick", "--summary", str(readme)], io.StringIO()) == 2
