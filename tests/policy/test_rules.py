@@ -210,6 +210,19 @@ def test_at_max_replicas_capacity_limited_and_batch_raised() -> None:
     assert decision.reason_code is Reason.RAISE_BATCH_AT_CAPACITY
 
 
+def test_a_paced_scale_up_below_the_maximum_raises_no_batch() -> None:
+    """Far from the maximum, a scale-up limited only by the rate limit is not "capped": the
+    replicas are coming, and a batch rollout now would take capacity away (found by e2e
+    scenario 4, where 1→6 replicas and maxBatchSize 16→24 were written at once)."""
+    sla = spec(replicas={"min": 1, "max": 8}, knobs=KNOBS, objectives=ITL)
+    flooded = [TTFTBreakdown(6000.0 + i, 5.0, 120.0, 20.0) for i in range(300)]  # 13× over
+    state = PolicyState(fleet(replicas=1, ready_replicas=1), PolicyMemory())  # no model yet
+    decision = decide(sla, window(flooded, 1, running=64.0, waiting=200.0), state, NOW)
+    assert "rate-limited" in decision.reason, decision.reason
+    assert 1 < decision.replicas < 8
+    assert [c.knob for c in decision.changes] == ["replicas"], decision.changes
+
+
 def test_unschedulable_pods_stop_scale_up_and_the_gpu_limit_is_remembered() -> None:
     state = PolicyState(fleet(replicas=6, ready_replicas=4, unschedulable_pods=2), settled())
     decision = decide(spec(), high_load(), state, NOW)

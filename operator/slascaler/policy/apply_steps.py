@@ -64,7 +64,15 @@ def apply_steps(
     out.held = spec.replicas.clamp(max(target, recent, need if need is not None else target))
     before = target
     target = apply_budget(out, target, need)
-    capped = capped or target < before or (need is not None and need > target)
+    # A pool's grant caps it too: the grant took replicas away, or the load needs more than the
+    # grant allows and the fleet already runs all of it. (A scale-up that is only paced — rate
+    # limit, cooldown, pods starting — is not capped: the replicas are coming.)
+    ceiling = ctx.replica_ceiling()
+    capped = (
+        capped
+        or target < before
+        or (ctx.grant is not None and need is not None and need > ceiling <= ctx.replicas)
+    )
     if target != out.replicas:
         out.replicas = target
         out.reasons["replicas"] = proposal.replicas_reason if proposal.replicas_reason in (
