@@ -281,6 +281,17 @@ def test_analyze_command_reads_a_live_deployment(
     prometheus: PrometheusServer, source: PrometheusSource, team_a: ServedFleet
 ) -> None:
     wait_for_window(source, "team-a", sla(), requests=20, what="a window of requests in Prometheus")
+    # Prometheus keeps the series of an earlier test's team-a fleet (same namespace and pod
+    # names, driven to 12 req/s) until they leave the 30 s window: wait for this fleet's own.
+    spec = sla(threshold_ms=300, itl=False)  # a 30 s window, as analyze's --window
+
+    def prefill_bound() -> bool:
+        observation = source.observe("team-a", spec, time.time())
+        return not observation.missing_inputs(need_itl=False) and (
+            analyze_observation(observation, 95, 300).regime is Regime.PREFILL_BOUND
+        )
+
+    poll(prefill_bound, timeout=120, what="the last 30 s PrefillBound at 1 req/s")
     out = io.StringIO()
     argv = ["analyze", "--prometheus", prometheus.url, "--namespace", "team-a",
             "--deployment", "llama", "--window", "30s", "--objective-ms", "300"]  # fmt: skip

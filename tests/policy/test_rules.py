@@ -397,3 +397,20 @@ def test_rollout_limits_resolve_as_the_deployment_controller_does() -> None:
     assert resolve_max_unavailable(2, 5) == 2
     assert resolve_max_surge("25%", 3) == 1  # rounded up
     assert resolve_max_surge(0, 3) == 0
+
+
+def test_a_window_holding_requests_queued_before_a_scale_up_teaches_the_model_nothing() -> None:
+    """The scale-up drained the queue, but the window's first tokens still include requests
+    that waited ~12 s before it: tied to the new replica count they would teach the model
+    that these replicas are slow (found by e2e scenario 1: "TTFT ≈ 5320 + …", then 8–22
+    replicas asked for at 100 ms TTFT). Once every request in the window arrived after the
+    change, the window is learned from."""
+    queued = [TTFTBreakdown(12_000.0 + i, 5.0, 120.0, 20.0) for i in range(60)]
+    observation = window(queued, 5, running=40.0, waiting=0.0, waiting_now=0.0)
+    after = NOW - observation.window_s - 5.0  # the window is younger than its TTFT allows
+    state = PolicyState(fleet(replicas=5), settled(last_scale_up_at=after))
+    assert decide(spec(), observation, state, NOW).memory_if_held.load_points == ()
+    long_before = NOW - observation.window_s - 60.0
+    state = PolicyState(fleet(replicas=5), settled(last_scale_up_at=long_before))
+    (point,) = decide(spec(), observation, state, NOW).memory_if_held.load_points
+    assert point.replicas == 5

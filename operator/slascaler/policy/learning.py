@@ -96,8 +96,12 @@ def _steady(
     load: WindowLoad,
     now: float,
     tunables: Tunables,
+    ttft_ms: float,
 ) -> bool:
-    """The window saw one replica count, serving what arrived (no backlog hiding it)."""
+    """The window saw one replica count, serving what arrived (no backlog hiding it): every
+    request whose first token falls in the window arrived after the last change (a request
+    that queued before a scale-up and finished after it would tie the new count to the old
+    count's queue)."""
     last_change = max(
         (t for t in (memory.last_scale_up_at, memory.last_scale_down_at,
                      memory.last_knob_change_at) if t is not None),
@@ -109,7 +113,7 @@ def _steady(
         and fleet.unschedulable_pods == 0
         and not fleet.rollout_in_progress
         and observation.reporting_pods == fleet.ready_replicas == fleet.spec_replicas
-        and now - last_change >= observation.window_s
+        and now - last_change >= observation.window_s + ttft_ms / 1000
         and load.backlog / load.pods < tunables.steady_waiting_per_pod
         and waiting / load.pods < tunables.steady_waiting_per_pod
     )
@@ -177,7 +181,9 @@ def learn(
     points = memory.load_points if memory.points_knobs == knobs else ()
     capacity = memory.capacity if memory.points_knobs == knobs else None
     base = replace(memory, load_points=points, capacity=capacity, points_knobs=knobs)
-    if _steady(fleet, base, observation, load, now, tunables) and math.isfinite(analysis.ttft_ms):
+    if math.isfinite(analysis.ttft_ms) and _steady(
+        fleet, base, observation, load, now, tunables, analysis.ttft_ms
+    ):
         point = LoadPoint(
             now, load.work_per_pod, analysis.ttft_ms, analysis.itl_ms, load.pods
         )
