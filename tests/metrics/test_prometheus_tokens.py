@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from test_prometheus_answers import source_for
 
 from builders import spec as make_spec
 from fake_prometheus import (
@@ -28,17 +29,11 @@ from fake_prometheus import (
 )
 from slascaler.engine_metrics import TGI_DURATION_BUCKETS_S
 from slascaler.engines import VLLM_TTFT_BUCKETS_S
-from slascaler.metrics.prometheus import PrometheusSettings, PrometheusSource, Target
+from slascaler.metrics.prometheus import Target
 from slascaler.model.observation import Observation
 from slascaler.policy.learning import tokens_per_request
 
 WINDOW_S, RECENT_S = 120.0, 30.0  # the spec's default window, the recent window
-
-
-def source_for(url: str) -> PrometheusSource:
-    return PrometheusSource(
-        PrometheusSettings(url, retries=0, backoff_s=0.01, recording_rules=False)
-    )
 
 
 def observe(pods: list[Pod], **spec: Any) -> Observation:

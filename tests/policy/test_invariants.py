@@ -324,11 +324,9 @@ def _healthy_window(pods: int, seed: int) -> Observation:
     return observation_from_samples(samples, at=NOW, pods=pods, waiting=0.0, running=pods * 2.0)
 
 
-@PROPERTY_SETTINGS
-@given(specs(), fleets(), memories(), st.integers(0, 1000))
-def test_no_stacked_scale_up_under_heavy_queueing(
-    spec: SLASpec, fleet: FleetState, memory: PolicyMemory, seed: int
-) -> None:
+def _slascaler_alone(fleet: FleetState, memory: PolicyMemory) -> tuple[FleetState, PolicyMemory]:
+    """A running Deployment that slascaler alone writes: no other autoscaler or writer, no
+    foreign rollout, no back-off (the properties below are about its own pacing)."""
     fleet = replace(
         fleet,
         other_autoscaler=None,
@@ -337,7 +335,15 @@ def test_no_stacked_scale_up_under_heavy_queueing(
         replicas_overwritten_by=None,
         foreign_rollout=False,
     )
-    memory = replace(memory, replicas_backoff_until=None)
+    return fleet, replace(memory, replicas_backoff_until=None)
+
+
+@PROPERTY_SETTINGS
+@given(specs(), fleets(), memories(), st.integers(0, 1000))
+def test_no_stacked_scale_up_under_heavy_queueing(
+    spec: SLASpec, fleet: FleetState, memory: PolicyMemory, seed: int
+) -> None:
+    fleet, memory = _slascaler_alone(fleet, memory)
     observation = _queue_bound_window(max(1, fleet.ready_replicas), seed)
     decision = decide(spec, observation, PolicyState(fleet, memory), NOW)
     bounded = spec.replicas.clamp(fleet.spec_replicas)
@@ -355,15 +361,7 @@ def test_no_stacked_scale_up_under_heavy_queueing(
 def test_scale_down_only_after_the_stabilization_window(
     spec: SLASpec, fleet: FleetState, memory: PolicyMemory, seed: int
 ) -> None:
-    fleet = replace(
-        fleet,
-        other_autoscaler=None,
-        spec_replicas=max(1, fleet.spec_replicas),
-        ready_replicas=min(fleet.ready_replicas, max(1, fleet.spec_replicas)),
-        replicas_overwritten_by=None,
-        foreign_rollout=False,
-    )
-    memory = replace(memory, replicas_backoff_until=None)
+    fleet, memory = _slascaler_alone(fleet, memory)
     observation = _healthy_window(max(1, fleet.ready_replicas), seed)
     decision = decide(spec, observation, PolicyState(fleet, memory), NOW)
     bounded = spec.replicas.clamp(fleet.spec_replicas)
@@ -413,15 +411,7 @@ def test_knob_changes_respect_cooldown_and_rollouts(
             }
         ).itl,
     )
-    fleet = replace(
-        fleet,
-        other_autoscaler=None,
-        spec_replicas=max(1, fleet.spec_replicas),
-        ready_replicas=min(fleet.ready_replicas, max(1, fleet.spec_replicas)),
-        replicas_overwritten_by=None,
-        foreign_rollout=False,
-    )
-    memory = replace(memory, replicas_backoff_until=None)
+    fleet, memory = _slascaler_alone(fleet, memory)
     decision = decide(
         spec,
         _knob_window(kind, max(1, fleet.ready_replicas), seed),

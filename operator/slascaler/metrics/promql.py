@@ -75,8 +75,6 @@ def escape_regex(value: str) -> str:
 # Kubernetes names generated pods with this alphabet (no vowels, no 0/1/3), both for the pod
 # template hash (k8s.io/apimachinery's rand.SafeEncodeString) and for the random suffix.
 _GENERATED = "[bcdfghjklmnpqrstvwxz2456789]"
-# The API server cuts a generateName base to 58 characters before adding 5 random ones.
-_GENERATED_BASE_MAX = GENERATED_BASE_MAX
 _SUFFIX_LENGTH = 5
 _HASH_MAX_LENGTH = 10  # a uint32 hash in decimal digits
 
@@ -91,10 +89,10 @@ def deployment_pod_pattern(deployment: str) -> str:
     `llama-db` has a pod `llama-db-0`) do not match `llama`'s pattern.
     """
     base = deployment + "-"
-    if len(base) >= _GENERATED_BASE_MAX:
-        head = escape_regex(base[:_GENERATED_BASE_MAX])
+    if len(base) >= GENERATED_BASE_MAX:
+        head = escape_regex(base[:GENERATED_BASE_MAX])
         return f"^{head}{_GENERATED}{{{_SUFFIX_LENGTH}}}$"
-    room = _GENERATED_BASE_MAX - len(base)  # characters left for "<hash>-"
+    room = GENERATED_BASE_MAX - len(base)  # characters left for "<hash>-"
     if room > _HASH_MAX_LENGTH:
         hashed = f"{_GENERATED}{{1,{_HASH_MAX_LENGTH}}}-"
     elif room == 1:
