@@ -164,9 +164,10 @@ def test_queue_bound_without_a_model_steps_in_proportion_within_the_rate_limit()
 def test_queue_bound_sizes_by_the_learned_latency_model() -> None:
     # 40 req/s × 1400 tokens = 56 000 tokens/s; by the remembered windows (380 + 100·z/√c
     # at 12 000 tokens/s per replica, target 0.95 × 500 = 475 ms) 6 replicas would give
-    # 523 ms and 7 give 456 ms; this window's own point and capacity move that a little.
+    # 523 ms and 7 give 456 ms. The window queues ~440 ms at 40 req/s: ~17 requests wait
+    # (Little's law), so it is no steady window and teaches the model nothing.
     samples = source_scenario("high-load", 4800, seed=1)
-    observation = window(samples, running=4 * 62.0)
+    observation = window(samples, running=4 * 62.0, waiting=17.5, waiting_now=17.5)
     decision = decide(spec(), observation, PolicyState(fleet(), learned()), NOW)
     assert decision.regime is Regime.QUEUE_BOUND
     assert decision.reason_code is Reason.SCALE_UP
@@ -413,4 +414,25 @@ def test_a_window_holding_requests_queued_before_a_scale_up_teaches_the_model_no
     long_before = NOW - observation.window_s - 60.0
     state = PolicyState(fleet(replicas=5), settled(last_scale_up_at=long_before))
     (point,) = decide(spec(), observation, state, NOW).memory_if_held.load_points
+    assert point.replicas == 5
+
+
+def test_a_window_that_began_before_the_new_pods_were_ready_teaches_the_model_nothing() -> None:
+    """The scale-up was written long enough ago, but its pods became ready only 30 s ago: the
+    window's first half was served by the old count (in the step scenario this taught the
+    model "TTFT ≈ 463 + 14·z(u)/√replicas", one replica and two at the same TTFT, then asked
+    for 9 replicas where 2 held the objective). The memory keeps the last decision that saw
+    pods starting, and a window is learned from only once it lies wholly after it."""
+    samples = source_scenario("low-load", 200, seed=1)
+    observation = window(samples, 5, waiting=0.0, waiting_now=0.0)
+    scaled_up = NOW - 2 * observation.window_s
+    starting = decide(spec(), observation, PolicyState(fleet(5, ready_replicas=3),
+                      settled(last_scale_up_at=scaled_up)), NOW - 30.0)  # fmt: skip
+    assert starting.memory_if_held.unsettled_at == NOW - 30.0
+    ready = PolicyState(fleet(replicas=5), starting.memory_if_held)
+    assert decide(spec(), observation, ready, NOW).memory_if_held.load_points == ()
+    a_window_on = NOW + observation.window_s
+    whole = replace(observation, observed_at=a_window_on)
+    later = decide(spec(), whole, ready, a_window_on)
+    (point,) = later.memory_if_held.load_points
     assert point.replicas == 5

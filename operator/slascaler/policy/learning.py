@@ -84,7 +84,11 @@ def window_load(observation: Observation, use_short_window: bool) -> WindowLoad 
     arrivals = observation.request_rate
     recent, growth = observation.recent_request_rate, observation.recent_waiting_growth
     if use_short_window and _finite(recent, growth) and observation.recent_window_s > 0:
-        arrivals = max(arrivals, recent + max(0.0, growth))
+        # Requests arrive into the queue or start: arrivals = first tokens + the queue's
+        # growth. While a backlog drains, both served rates carry the drain on top of the
+        # arrivals (counted again as the backlog to drain): the conservation alone says.
+        recent_arrivals = max(0.0, recent + growth)
+        arrivals = recent_arrivals if growth < 0 else max(arrivals, recent_arrivals)
     backlog = max((v for v in (observation.waiting_now, 0.0) if math.isfinite(v)), default=0.0)
     return WindowLoad(pods, observation.request_rate, per_request, arrivals, backlog)
 
@@ -99,23 +103,32 @@ def _steady(
     ttft_ms: float,
 ) -> bool:
     """The window saw one replica count, serving what arrived (no backlog hiding it): every
-    request whose first token falls in the window arrived after the last change (a request
-    that queued before a scale-up and finished after it would tie the new count to the old
-    count's queue)."""
+    request whose first token falls in the window arrived after the last change and after
+    the fleet last looked unsettled (a request that queued before a scale-up and finished
+    after it would tie the new count to the old count's queue; a window that began before
+    the new pods were ready would tie it to the old count's latency)."""
     last_change = max(
         (t for t in (memory.last_scale_up_at, memory.last_scale_down_at,
-                     memory.last_knob_change_at) if t is not None),
+                     memory.last_knob_change_at, memory.unsettled_at) if t is not None),
         default=-math.inf,
     )  # fmt: skip
     waiting = observation.waiting if math.isfinite(observation.waiting) else math.inf
     return (
-        fleet.starting_pods == 0
-        and fleet.unschedulable_pods == 0
-        and not fleet.rollout_in_progress
-        and observation.reporting_pods == fleet.ready_replicas == fleet.spec_replicas
+        _settled(fleet)
+        and observation.reporting_pods == fleet.ready_replicas
         and now - last_change >= observation.window_s + ttft_ms / 1000
         and load.backlog / load.pods < tunables.steady_waiting_per_pod
         and waiting / load.pods < tunables.steady_waiting_per_pod
+    )
+
+
+def _settled(fleet: FleetState) -> bool:
+    """Every pod asked for is ready, none starting, stuck or being replaced."""
+    return (
+        fleet.starting_pods == 0
+        and fleet.unschedulable_pods == 0
+        and not fleet.rollout_in_progress
+        and fleet.ready_replicas == fleet.spec_replicas
     )
 
 
@@ -208,6 +221,7 @@ def learn(
             base = replace(base, startup_for=up)
     return replace(
         base,
+        unsettled_at=memory.unsettled_at if _settled(fleet) else now,
         load_points=points,
         capacity=_capacity(base, observation, analysis, load, fleet.chunk_size, tunables),
         load_history=history,

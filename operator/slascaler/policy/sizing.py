@@ -5,9 +5,10 @@
    `sizing_margin`. Its inverse gives the most work one replica carries within both
    objectives.
 2. The load to carry: the work arriving now (the short window in a burst), plus the
-   backlog drained within a start-up delay, plus the trend over the last minutes carried
-   to now + start-up (only upwards: a falling load is followed, not anticipated), with
-   headroom for how far the forecasts have been off.
+   backlog drained within a start-up delay, plus the trend the last minutes kept (a rise
+   in both halves of them, not a step) carried to now + start-up (only upwards: a falling
+   load is followed, not anticipated), with headroom for how far the forecasts have been
+   off.
 3. Replicas = load / work per replica. When even an idle replica misses the TTFT objective
    (prefill-bound), replicas cannot help: the count is the one at which contention adds at
    most `PREFILL_BOUND_STRETCH` to the idle TTFT, so an oversized fleet still shrinks.
@@ -45,35 +46,54 @@ class Sizing:
     forecast: tuple[float, float] | None  # (for time, tokens/s) to check later
 
 
-def trend_per_s(history: tuple[tuple[float, float], ...], now: float, span_s: float) -> float:
-    """Least-squares slope (tokens/s per s) of the load over the last `span_s`."""
-    recent = [(t, w) for t, w in history if now - t <= span_s]
-    if len(recent) < 4:
+def _slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (time, load) points; 0 for fewer than two distinct times."""
+    if len(points) < 2:
         return 0.0
-    mean_t = sum(t for t, _ in recent) / len(recent)
-    mean_w = sum(w for _, w in recent) / len(recent)
-    var = sum((t - mean_t) ** 2 for t, _ in recent)
+    mean_t = sum(t for t, _ in points) / len(points)
+    mean_w = sum(w for _, w in points) / len(points)
+    var = sum((t - mean_t) ** 2 for t, _ in points)
     if var <= 0:
         return 0.0
-    return sum((t - mean_t) * (w - mean_w) for t, w in recent) / var
+    return sum((t - mean_t) * (w - mean_w) for t, w in points) / var
+
+
+def trend_per_s(history: tuple[tuple[float, float], ...], now: float, span_s: float) -> float:
+    """The slope (tokens/s per s) the load kept over the last `span_s`: the smaller of the
+    least-squares slopes of its two halves when both rise (or both fall), else 0. A ramp
+    rises in both halves; a step rises in neither, or in one, and a straight line through
+    it would carry the jump on as a rise that is not coming."""
+    recent = sorted((t, w) for t, w in history if now - t <= span_s)
+    if len(recent) < 4:
+        return 0.0
+    middle = now - span_s / 2
+    first = _slope([(t, w) for t, w in recent if t <= middle])
+    second = _slope([(t, w) for t, w in recent if t > middle])
+    if first > 0 and second > 0:
+        return min(first, second)
+    if first < 0 and second < 0:
+        return max(first, second)
+    return 0.0
 
 
 def recent_peak(
-    history: tuple[tuple[float, float], ...], now: float, tunables: Tunables
+    history: tuple[tuple[float, float], ...], now: float, tunables: Tunables, gap_s: float
 ) -> float:
     """The `burst_quantile` of the load over the last `burst_memory_s`, when bursts recur
-    there (at least `recurring_bursts` separate stretches above `burst_factor` × the median);
-    0 otherwise: a single burst is followed, not held for."""
-    recent = [w for t, w in sorted(history) if now - t <= tunables.burst_memory_s]
+    there (at least `recurring_bursts` stretches above `burst_factor` × the median, apart by
+    at least `gap_s` — a start-up delay: a burst whose estimate dips for less is one burst,
+    and capacity kept through so short a dip is what following it does anyway); 0
+    otherwise: a single burst is followed, not held for."""
+    recent = [(t, w) for t, w in sorted(history) if now - t <= tunables.burst_memory_s]
     if not recent:
         return 0.0
-    ordered = sorted(recent)
+    ordered = sorted(w for _, w in recent)
     median = ordered[len(ordered) // 2]
-    bursts, above = 0, False
-    for w in recent:
-        high = w > tunables.burst_factor * median
-        bursts += high and not above
-        above = high
+    bursts, last_high = 0, -math.inf
+    for t, w in recent:
+        if w > tunables.burst_factor * median:
+            bursts += t - last_high > gap_s
+            last_high = t
     if bursts < tunables.recurring_bursts:
         return 0.0
     return ordered[min(len(ordered) - 1, int(tunables.burst_quantile * len(ordered)))]
@@ -92,12 +112,15 @@ def latency_model(memory: PolicyMemory, now: float, tunables: Tunables) -> Laten
     )
 
 
-def _target(objective_ms: float, residual_ms: float, tunables: Tunables) -> float:
-    """The objective less the margin and the model's noise. The noise taken off is capped:
-    windows dominated by one giant prompt scatter far more than any replica count changes,
-    and sizing for them would add replicas that cannot help."""
+def objective_target(objective_ms: float, residual_ms: float, tunables: Tunables) -> float:
+    """The objective less the model's noise, and at least the sizing margin. Both stand for
+    the same thing, the window-to-window scatter of a percentile and the model's error: the
+    residual measures it, the margin is the floor while the windows are too few or too alike
+    to show it (taking both would count it twice). The noise taken off is capped: windows
+    dominated by one giant prompt scatter far more than any replica count changes, and
+    sizing for them would add replicas that cannot help."""
     noise = min(tunables.residual_weight * residual_ms, tunables.max_noise_margin * objective_ms)
-    return objective_ms * tunables.sizing_margin - noise
+    return objective_ms - max(noise, objective_ms * (1 - tunables.sizing_margin))
 
 
 def size(
@@ -120,16 +143,16 @@ def size(
     if tunables.use_burst_memory:
         # Bursts that came and went in the last minutes come again: a fleet sized only for
         # the present is caught by each one while new pods load.
-        predicted = max(predicted, recent_peak(memory.load_history, now, tunables))
+        predicted = max(predicted, recent_peak(memory.load_history, now, tunables, startup))
     wanted_load = predicted * headroom + drain
     forecast = (forecast_at, predicted) if rising > 0 else (now + 60.0, current)
     if model is None:
         return Sizing(None, None, "no steady window measured yet", True, None, None,
                       wanted_load, forecast)  # fmt: skip
-    ttft_target = _target(spec.ttft.threshold_ms, model.ttft.residual, tunables)
+    ttft_target = objective_target(spec.ttft.threshold_ms, model.ttft.residual, tunables)
     itl_target = None
     if spec.itl is not None and model.itl is not None:
-        itl_target = _target(spec.itl.threshold_ms, model.itl.residual, tunables)
+        itl_target = objective_target(spec.itl.threshold_ms, model.itl.residual, tunables)
     limit = spec.replicas.max * 4
     feasible = model.ttft.floor < ttft_target
     target = ttft_target

@@ -96,8 +96,9 @@ class PolicyMemory:
       (`capacity`), (running per replica, ITL) pairs for the batch-size fit;
     - the load's recent history (`load_history`: time, tokens/s) for the trend, and how far
       its forecasts have been off (`forecast_error`, relative);
-    - how long pods took to become ready (`startup_s`) and the replica count the GPUs held
-      when pods last went unschedulable (`gpu_limit`).
+    - how long pods took to become ready (`startup_s`), when the fleet was last seen
+      changing (`unsettled_at`) and the replica count the GPUs held when pods last went
+      unschedulable (`gpu_limit`).
     """
 
     last_scale_up_at: float | None = None
@@ -116,6 +117,9 @@ class PolicyMemory:
     forecast_error: float = 0.0
     startup_s: float | None = None
     startup_for: float | None = None  # the scale-up whose start-up `startup_s` measured
+    # The last decision that saw pods starting, unschedulable or rolling: a window teaches
+    # the latency model only once it lies wholly after this (`policy.learning`).
+    unsettled_at: float | None = None
     # Back-off after someone else overwrote spec.replicas: no replica write until `until`;
     # `backoff_s` doubles each time the fight resumes; `seen_at` is when the overwrite it
     # answers was seen: only one after a later replica write of slascaler's starts another.

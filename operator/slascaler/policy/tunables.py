@@ -24,13 +24,14 @@ class Tunables:
     # -- objectives ------------------------------------------------------------------
     # "Well under" an objective: below this fraction of it (knob headroom).
     headroom: float = 0.8
-    # Replicas are sized for this fraction of each objective, so that model error and the
-    # window-to-window noise of a percentile do not land the fleet on the edge.
+    # Replicas are sized for at most this fraction of each objective, so that model error
+    # and the window-to-window noise of a percentile do not land the fleet on the edge; the
+    # floor of the margin while the fit has not measured that noise (its residual).
     sizing_margin: float = 0.95
-    # The fit's residual (ms) is taken off the objective this many times: an uncertain
-    # model sizes with more room.
+    # The fit's residual (ms) is taken off the objective this many times where it exceeds
+    # the floor above: an uncertain model sizes with more room.
     residual_weight: float = 1.0
-    # … but never more than this fraction of the objective (see `sizing._target`).
+    # … but never more than this fraction of the objective (see `sizing.objective_target`).
     max_noise_margin: float = 0.08
 
     # -- the latency model (`model.latency`) -----------------------------------------

@@ -55,6 +55,7 @@ def memory_to_status(memory: PolicyMemory) -> dict[str, Any]:
         "forecastError": round(memory.forecast_error, 4),
         "startupS": _finite(memory.startup_s, 2),
         "startupFor": _finite(memory.startup_for, 2),
+        "unsettledAt": _finite(memory.unsettled_at, 2),
     }
 
 
@@ -154,6 +155,7 @@ def memory_from_status(raw: object) -> tuple[PolicyMemory, str | None]:
                 forecast_error=min(max(error or 0.0, 0.0), 1.0),
                 startup_s=_optional_time(raw, "startupS"),
                 startup_for=_optional_time(raw, "startupFor"),
+                unsettled_at=_optional_time(raw, "unsettledAt"),
             ),
             None,
         )

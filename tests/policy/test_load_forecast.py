@@ -1,0 +1,77 @@
+"""The load the policy sizes for: arrivals by conservation, the trend a load kept, bursts
+that recur, and the margin taken off the objective (`policy.learning`, `policy.sizing`)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from builders import observation_from_samples
+from slascaler.policy.learning import window_load
+from slascaler.policy.sizing import objective_target, recent_peak, trend_per_s
+from slascaler.policy.tunables import Tunables
+from slascaler.scenarios import source_scenario
+
+NOW = 10_000.0
+TUNABLES = Tunables()
+
+
+def history(loads: list[float], every_s: float = 15.0) -> tuple[tuple[float, float], ...]:
+    """One load per evaluation, the last one now."""
+    return tuple((NOW - every_s * (len(loads) - 1 - i), w) for i, w in enumerate(loads))
+
+
+def test_a_ramp_is_carried_on_at_its_slope() -> None:
+    ramp = history([1000.0 + 10.0 * 15 * i for i in range(21)])  # +10 tokens/s per s
+    assert trend_per_s(ramp, NOW, 300.0) == pytest.approx(10.0)
+
+
+@pytest.mark.parametrize("step_at", [3, 10, 17])
+def test_a_step_is_no_trend_wherever_it_falls_in_the_span(step_at: int) -> None:
+    """A straight line through a step rises as steeply as the jump over the span; carried
+    to now + start-up it sized the step scenario for 1.7× its load."""
+    step = history([1000.0 if i < step_at else 4000.0 for i in range(21)])
+    assert trend_per_s(step, NOW, 300.0) == 0.0
+
+
+def test_a_falling_load_has_a_negative_trend() -> None:
+    falling = history([5000.0 - 5.0 * 15 * i for i in range(21)])
+    assert trend_per_s(falling, NOW, 300.0) == pytest.approx(-5.0)
+
+
+def test_a_burst_is_remembered_only_when_it_comes_back_after_a_start_up() -> None:
+    """Two stretches above the median count as two bursts only when apart by more than the
+    gap: a burst whose estimate dips for a moment is one burst, followed, not held for."""
+    calm, high = 1000.0, 5000.0
+    one_with_a_dip = history([calm] * 20 + [high, high, calm, high, high] + [calm] * 10)
+    assert recent_peak(one_with_a_dip, NOW, TUNABLES, gap_s=60.0) == 0.0
+    two = history([calm] * 14 + [high, high] + [calm] * 8 + [high, high] + [calm] * 10)
+    assert recent_peak(two, NOW, TUNABLES, gap_s=60.0) == high
+
+
+def test_while_a_backlog_drains_the_arrivals_are_the_served_rate_less_the_drain() -> None:
+    """Pods that came up in a burst serve the backlog on top of the arrivals: counting what
+    they serve as arrivals, and the backlog again as work to drain, asked for 16 replicas
+    where 6 carried the burst."""
+    samples = source_scenario("high-load", 3000, seed=1)
+    observation = observation_from_samples(samples, pods=8, tokens_per_request=1000.0)
+    served = observation.request_rate
+    draining = replace(observation, recent_window_s=30.0, recent_request_rate=served * 1.5,
+                       recent_waiting_growth=-served)  # fmt: skip
+    load = window_load(draining, use_short_window=True)
+    assert load is not None
+    assert load.arrivals_per_s == pytest.approx(served * 0.5)
+    building = replace(draining, recent_waiting_growth=served)
+    load = window_load(building, use_short_window=True)
+    assert load is not None
+    assert load.arrivals_per_s == pytest.approx(served * 2.5)
+
+
+def test_the_margin_is_the_models_noise_or_the_floor_not_both() -> None:
+    def target(residual_ms: float) -> float:
+        return objective_target(500.0, residual_ms, TUNABLES)
+
+    assert target(5.0) == pytest.approx(500.0 * TUNABLES.sizing_margin)  # the floor
+    assert target(30.0) == pytest.approx(470.0)  # the noise, not the floor on top
+    assert target(400.0) == pytest.approx(500.0 * (1 - TUNABLES.max_noise_margin))  # capped
