@@ -161,6 +161,20 @@ def test_queue_bound_without_a_model_steps_in_proportion_within_the_rate_limit()
     assert decision.memory_if_held.last_scale_up_at is None
 
 
+def test_without_a_model_the_step_is_in_proportion_to_the_pods_that_served_the_window() -> None:
+    """One pod served the window at 1.5× the objective and four more are starting: that is
+    capacity for 2 (the long-context scenario asked 5 × 5.4 = 28, then 52, while the pods
+    it had asked for loaded, and held 10 where 1–4 met the objective)."""
+    observation = replace(high_load(pods=1), prompt_token_rate=math.nan)
+    warming = PolicyState(fleet(replicas=5, ready_replicas=1), settled(last_scale_up_at=NOW - 30))
+    decision = decide(spec(), observation, warming, NOW)
+    assert decision.analysis is not None
+    pressure = decision.analysis.ttft_ms / 500.0
+    assert 1 < pressure < 2
+    assert decision.wanted_replicas == math.ceil(pressure)
+    assert not decision.acts and decision.replicas == 5
+
+
 def test_queue_bound_sizes_by_the_learned_latency_model() -> None:
     # 40 req/s × 1400 tokens = 56 000 tokens/s; by the remembered windows (380 + 100·z/√c
     # at 12 000 tokens/s per replica, target 0.95 × 500 = 475 ms) 6 replicas would give

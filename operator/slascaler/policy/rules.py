@@ -91,10 +91,13 @@ def _sized(ctx: Context) -> tuple[int | None, str]:
         return sizing.replicas, sizing.why
     pressure = ctx.analysis.ttft_ms / ctx.spec.ttft.threshold_ms
     if ctx.analysis.ttft_over and ctx.analysis.regime is Regime.QUEUE_BOUND:
-        # Requests queue: step in proportion. A slow TTFT without a queue (one giant prompt,
-        # a new knob value) waits for a steady window to measure it.
+        # Requests queue: step in proportion, from the pods that served the window (pods
+        # still starting did not make its TTFT; they count as capacity afterwards). A slow
+        # TTFT without a queue (one giant prompt, a new knob value) waits for a steady
+        # window to measure it.
+        served_by = ctx.observation.reporting_pods or ctx.fleet.ready_replicas
         if math.isfinite(pressure):
-            return math.ceil(ctx.replicas * pressure), (
+            return math.ceil(max(1, served_by) * pressure), (
                 f"no steady window measured yet: proportional step (TTFT at {pressure:.1f}× "
                 "its objective)"
             )

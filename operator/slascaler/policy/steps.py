@@ -62,15 +62,16 @@ def bounds(ctx: Context, wanted: int) -> tuple[int, Limit | None]:
 
 def gpu_capacity(ctx: Context, wanted: int) -> tuple[int, Limit | None]:
     fleet, memory, current = ctx.fleet, ctx.memory, ctx.replicas
-    if wanted <= current:
-        return wanted, None
-    if fleet.unschedulable_pods > 0:
-        return current, Limit(
+    if fleet.unschedulable_pods > 0 and wanted > fleet.provisioned:
+        # The load needs more than the GPUs hold (asked-for pods among them or not).
+        return min(wanted, current), Limit(
             Reason.CAPACITY_LIMITED,
             f"{fleet.unschedulable_pods} pods cannot be scheduled (no GPU left): not adding "
             "replicas",
             ("CapacityLimited", "Unschedulable"),
         )
+    if wanted <= current:
+        return wanted, None
     if (
         memory.gpu_limit is not None
         and memory.gpu_limit_at is not None
