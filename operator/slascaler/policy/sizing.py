@@ -1,14 +1,14 @@
 """How many replicas the load calls for, whatever the regime.
 
 1. The latency model (`model.latency`) is fitted to the windows remembered at the current
-   knob values; its residual is taken off the objectives, which are then sized for with
-   `sizing_margin`. Its inverse gives the most work one replica carries within both
+   knob values; its residual, at least `sizing_margin`'s share, is taken off the objectives
+   (`objective_target`). Its inverse gives the most work one replica carries within both
    objectives.
-2. The load to carry: the work arriving now (the short window in a burst), plus the
-   backlog drained within a start-up delay, plus the trend the last minutes kept (a rise
-   in both halves of them, not a step) carried to now + start-up (only upwards: a falling
-   load is followed, not anticipated), with headroom for how far the forecasts have been
-   off.
+2. The load to carry: the work arriving now (`learning.window_load`: the short window in a
+   burst), plus the backlog drained within a start-up delay, plus the trend the last
+   minutes kept (a rise in both halves of them, not a step) carried to now + start-up
+   (only upwards: a falling load is followed, not anticipated), at least the recent peaks
+   where bursts recur, with headroom for how far the forecasts have been off.
 3. Replicas = load / work per replica. When even an idle replica misses the TTFT objective
    (prefill-bound), replicas cannot help: the count is the one at which contention adds at
    most `PREFILL_BOUND_STRETCH` to the idle TTFT, so an oversized fleet still shrinks.
