@@ -141,6 +141,7 @@ def memories(draw: st.DrawFn) -> PolicyMemory:
         replicas_backoff_until=draw(st.one_of(st.none(), st.floats(NOW - 4000, NOW + 4000))),
         replicas_backoff_s=draw(st.one_of(st.none(), st.floats(300, 3600))),
         replicas_overwrite_seen_at=maybe_time(),
+        unsettled_at=maybe_time(),
     )
 
 
