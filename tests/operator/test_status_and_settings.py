@@ -70,8 +70,8 @@ def memories(draw: st.DrawFn) -> PolicyMemory:
         forecast=draw(st.none() | st.tuples(times, st.floats(0, 1e7))),
         forecast_error=draw(st.floats(0, 1)),
         startup_s=draw(st.none() | st.floats(0, 3600)),
-        startup_for=draw(st.none() | times),
-        unsettled_at=draw(st.none() | times),
+        startup_for=draw(maybe_time),
+        unsettled_at=draw(maybe_time),
     )
 
 

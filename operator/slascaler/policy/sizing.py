@@ -63,7 +63,7 @@ def trend_per_s(history: tuple[tuple[float, float], ...], now: float, span_s: fl
     least-squares slopes of its two halves when both rise (or both fall), else 0. A ramp
     rises in both halves; a step rises in neither, or in one, and a straight line through
     it would carry the jump on as a rise that is not coming."""
-    recent = sorted((t, w) for t, w in history if now - t <= span_s)
+    recent = [(t, w) for t, w in history if now - t <= span_s]
     if len(recent) < 4:
         return 0.0
     middle = now - span_s / 2
