@@ -55,6 +55,41 @@ def test_windows_at_one_load_give_a_cautious_model() -> None:
     assert model.ttft_at(6000.0, 4) == pytest.approx(480.0)
 
 
+def test_the_mix_of_the_windows_does_not_pass_for_contention() -> None:
+    """Busier windows are also windows of longer requests (conversation trace: the two
+    correlate 0.67 over a run), whose own prefill raises the tail at any replica count. The
+    fit separates the floor's rise with the tokens per request from the contention's."""
+    floor, slope, per_token = 380.0, 100.0, 0.25
+    windows = [(3000.0, 800.0), (4000.0, 900.0), (5000.0, 1100.0), (6000.0, 1000.0),
+               (7000.0, 1300.0), (8000.0, 1200.0), (9000.0, 1500.0)]  # fmt: skip
+    mean_mix = sum(t for _, t in windows) / len(windows)
+
+    def ttft(work: float, mix: float) -> float:
+        return floor + per_token * (mix - mean_mix) + slope * contention(work, 12000.0, 4)
+
+    with_mix = [LoadPoint(1000.0, w, ttft(w, t), math.nan, 4, t) for w, t in windows]
+    model = fit_latency(with_mix, 12000.0, 1000.0, 900.0, 0.0, 0.0)
+    assert model is not None
+    assert model.ttft.slope == pytest.approx(slope, rel=1e-6)
+    assert model.ttft.floor == pytest.approx(floor, rel=1e-6)
+    # The windows' mix unknown (a memory of an older operator): the slope takes it all.
+    without = [LoadPoint(p.at, p.work, p.ttft_ms, p.itl_ms, p.replicas) for p in with_mix]
+    blind = fit_latency(without, 12000.0, 1000.0, 900.0, 0.0, 0.0)
+    assert blind is not None and blind.ttft.slope > 1.3 * slope
+
+
+def test_a_mix_that_lowers_the_ttft_is_not_believed() -> None:
+    # Longer requests cannot make the tail faster: such a fit is noise, the plain one stands.
+    windows = [(3000.0, 1500.0), (5000.0, 1200.0), (7000.0, 1000.0), (9000.0, 800.0)]
+    falling = [
+        LoadPoint(1000.0, w, 380.0 + 100.0 * contention(w, 12000.0, 4) - 0.2 * t, math.nan, 4, t)
+        for w, t in windows
+    ]
+    plain = [LoadPoint(p.at, p.work, p.ttft_ms, p.itl_ms, p.replicas) for p in falling]
+    model = fit_latency(falling, 12000.0, 1000.0, 900.0, 0.0, 0.0)
+    assert model == fit_latency(plain, 12000.0, 1000.0, 900.0, 0.0, 0.0)
+
+
 def test_replicas_for_is_the_fewest_that_meet_the_targets() -> None:
     model = fit_latency(points(380.0, 100.0), 12000.0, 1000.0, 900.0, 0.0, 0.0)
     assert model is not None

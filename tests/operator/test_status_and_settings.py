@@ -48,8 +48,8 @@ def memories(draw: st.DrawFn) -> PolicyMemory:
             draw(st.lists(st.tuples(st.floats(0, 1e4), st.floats(0, 1e5)), max_size=5))
         ),
         load_points=tuple(
-            LoadPoint(at, work, ttft, itl, replicas)
-            for at, work, ttft, itl, replicas in draw(
+            LoadPoint(at, work, ttft, itl, replicas, mix)
+            for at, work, ttft, itl, replicas, mix in draw(
                 st.lists(
                     st.tuples(
                         times,
@@ -57,6 +57,7 @@ def memories(draw: st.DrawFn) -> PolicyMemory:
                         st.floats(0, 1e6),
                         st.floats(0, 1e5) | st.just(math.nan),
                         st.integers(1, 10_000),
+                        st.floats(1, 1e6) | st.just(math.nan),
                     ),
                     max_size=5,
                 )
@@ -97,6 +98,10 @@ def test_memory_round_trips_through_json(memory: PolicyMemory) -> None:
     assert all(
         close(a.work, b.work, 0.0501) and close(a.ttft_ms, b.ttft_ms, 0.0501)
         and (math.isnan(a.itl_ms) == math.isnan(b.itl_ms))
+        and (
+            close(a.tokens_per_request, b.tokens_per_request, 0.0501)
+            if math.isfinite(b.tokens_per_request) else math.isnan(a.tokens_per_request)
+        )
         for a, b in zip(restored.load_points, memory.load_points, strict=True)
     )  # fmt: skip
     assert len(restored.load_history) == len(memory.load_history)
@@ -193,3 +198,15 @@ def test_bad_settings_name_the_variable(env: dict[str, str], variable: str, mess
         Settings.from_env({**base, **env})
     assert error.value.variable == variable
     assert str(error.value).startswith(f"{variable}: ") and message in str(error.value)
+
+
+def test_a_memory_written_before_the_mix_was_kept_reads_with_the_mix_unknown() -> None:
+    stored = memory_to_status(
+        PolicyMemory(load_points=(LoadPoint(10.0, 6000.0, 420.0, 30.0, 3, 950.0),))
+    )
+    stored["loadPoints"] = [row[:5] for row in stored["loadPoints"]]  # five columns, as before
+    restored, note = memory_from_status(json.loads(json.dumps(stored)))
+    assert note is None
+    (point,) = restored.load_points
+    assert (point.work, point.ttft_ms, point.replicas) == (6000.0, 420.0, 3)
+    assert math.isnan(point.tokens_per_request)

@@ -110,12 +110,13 @@ def memories(draw: st.DrawFn) -> PolicyMemory:
     if draw(st.integers(0, 4)) == 0:
         return PolicyMemory()  # fresh: an operator that never saw this Deployment
     points = tuple(
-        LoadPoint(at, work, ttft, itl, replicas)
-        for at, work, ttft, itl, replicas in draw(
+        LoadPoint(at, work, ttft, itl, replicas, mix)
+        for at, work, ttft, itl, replicas, mix in draw(
             st.lists(
                 st.tuples(
                     st.floats(NOW - 3000, NOW), st.floats(0, 20000), st.floats(10, 5000),
                     st.floats(5, 300), st.integers(1, 40),
+                    st.floats(1, 100_000) | st.just(math.nan),
                 ),
                 max_size=8,
             )

@@ -450,3 +450,20 @@ def test_a_window_that_began_before_the_new_pods_were_ready_teaches_the_model_no
     later = decide(spec(), whole, ready, a_window_on)
     (point,) = later.memory_if_held.load_points
     assert point.replicas == 5
+
+
+def test_the_step_cost_capacity_falls_more_slowly_than_it_rises() -> None:
+    """A busy window's prefill is stretched by contention, so its step cost reads a lower
+    capacity that is not there: followed at the learning rate, the model then saw the
+    replicas saturate earlier than they do and held a replica the load did not need
+    (shared prefixes: 4 where 3 held the objective). A reading above moves it as before."""
+    observation = light_load()
+    prior = decide(spec(), observation, PolicyState(fleet(), settled()), NOW).memory_if_held
+    reading = prior.capacity
+    assert reading is not None
+    tunables = Tunables()
+    for start, rate in ((3 * reading, tunables.capacity_fall_rate),
+                        (reading / 3, tunables.capacity_learning_rate)):  # fmt: skip
+        memory = settled(capacity=start, points_knobs=(64, 2048))
+        learned_now = decide(spec(), observation, PolicyState(fleet(), memory), NOW).memory_if_held
+        assert learned_now.capacity == pytest.approx(start + rate * (reading - start))

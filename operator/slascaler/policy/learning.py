@@ -6,9 +6,11 @@
 - `learn` returns the memory with this window recorded: a `LoadPoint` when the fleet was
   steady over the window (a count that did not change, no backlog hiding the arrivals, at
   the current knob values — the points of other knob values are dropped, they describe
-  another engine), the replica's saturated throughput (from the step cost, and from the
-  served work when a backlog shows the replicas were saturated), the load history for the
-  trend, how far the last forecast was off, and how long the last scale-up took to be ready.
+  another engine; with the window's tokens per request), the replica's saturated
+  throughput (from the step cost, falling more slowly than it rises, as contention makes
+  it read low; and from the served work when a backlog shows the replicas saturated), the
+  load history for the trend, how far the last forecast was off, and how long the last
+  scale-up took to be ready.
 
 Pure; called by `policy.decide`.
 """
@@ -174,6 +176,11 @@ def _capacity(
         )
     if prior is None:
         return current
+    if current is not None and prior < current:
+        # Contention inflates the window's prefill time and so the step cost: a busier window
+        # reads a lower capacity that is not there. The estimate falls only slowly on such
+        # evidence (a saturated window, above, measures the capacity itself).
+        rate = tunables.capacity_fall_rate
     estimate = prior if current is None else current + rate * (prior - current)
     # The replicas served this much: their capacity is at least a little more.
     return max(estimate, load.work_per_pod * 1.05)
@@ -198,8 +205,9 @@ def learn(
         fleet, base, observation, load, now, tunables, analysis.ttft_ms
     ):
         point = LoadPoint(
-            now, load.work_per_pod, analysis.ttft_ms, analysis.itl_ms, load.pods
-        )
+            now, load.work_per_pod, analysis.ttft_ms, analysis.itl_ms, load.pods,
+            load.tokens_per_request,
+        )  # fmt: skip
         points = tuple(p for p in (*points, point) if now - p.at <= tunables.load_points_max_age_s)[
             -tunables.load_points_kept :
         ]

@@ -49,8 +49,13 @@ class Tunables:
     # is soon outweighed once they spread.
     prior_slope_fraction: float = 0.3
     prior_points: float = 0.2
-    # The saturated throughput estimate follows new evidence with this weight.
+    # The saturated throughput estimate follows new evidence with this weight …
     capacity_learning_rate: float = 0.3
+    # … and a step-cost reading below it with this one: contention stretches the prefill
+    # and so reads a capacity lower than there is (shared prefixes: 10.5k tokens/s read at 3
+    # replicas where 12.2k were read at 4; the engine's full steps carry ~14k). A saturated
+    # window, which measures the capacity itself, still moves it at the rate above.
+    capacity_fall_rate: float = 0.03
 
     # -- load: now and coming ----------------------------------------------------------
     # Load history kept for the trend, and the span the trend is fitted over.

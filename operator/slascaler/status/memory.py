@@ -45,6 +45,7 @@ def memory_to_status(memory: PolicyMemory) -> dict[str, Any]:
                 round(p.ttft_ms, 1),
                 round(p.itl_ms, 2) if math.isfinite(p.itl_ms) else None,
                 p.replicas,
+                _finite(p.tokens_per_request, 1),
             ]
             for p in memory.load_points
         ],
@@ -94,7 +95,10 @@ def _pairs(raw: object, key: str) -> list[tuple[float, float]]:
 
 def _load_points(raw: object) -> tuple[LoadPoint, ...]:
     points = []
-    for at, work, ttft, itl, replicas in _rows(raw, "loadPoints", 5):
+    if isinstance(raw, list):
+        # Memories written before the mix was kept have five columns: the mix unknown.
+        raw = [[*row, None] if isinstance(row, list) and len(row) == 5 else row for row in raw]
+    for at, work, ttft, itl, replicas, per_request in _rows(raw, "loadPoints", 6):
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
             raise ValueError(f"loadPoints holds {replicas!r} replicas")
         points.append(
@@ -104,6 +108,7 @@ def _load_points(raw: object) -> tuple[LoadPoint, ...]:
                 _number(ttft, "loadPoints"),
                 math.nan if itl is None else _number(itl, "loadPoints"),
                 replicas,
+                math.nan if per_request is None else _number(per_request, "loadPoints"),
             )
         )
     return tuple(points)
