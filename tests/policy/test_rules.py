@@ -175,6 +175,26 @@ def test_without_a_model_the_step_is_in_proportion_to_the_pods_that_served_the_w
     assert not decision.acts and decision.replicas == 5
 
 
+def test_without_a_model_a_known_throughput_sizes_the_step_not_the_queues_ttft() -> None:
+    """While pods load, the TTFT of a queue grows with the queue, not with the load: a step
+    in proportion to it asked for 8, 16, 38, then 153 replicas in the demo's first two
+    minutes where 5 carry the load. With a replica's throughput known, the step is the load
+    (arrivals and the backlog to drain within a start-up) at `unmodelled_utilisation`."""
+    flooded = [TTFTBreakdown(6000.0 + i, 5.0, 120.0, 20.0) for i in range(300)]  # 12× over
+    observation = window(flooded, 2, running=2 * 64.0, waiting=60.0, waiting_now=60.0)
+    state = PolicyState(fleet(replicas=2, ready_replicas=2), settled())
+    decision = decide(spec(), observation, state, NOW)
+    capacity = decision.memory_if_held.capacity
+    assert capacity is not None and decision.analysis is not None
+    tunables = Tunables()
+    drain = 60.0 * TOKENS / tunables.default_startup_s
+    load = observation.request_rate * TOKENS + drain
+    expected = math.ceil(load / (capacity * tunables.unmodelled_utilisation))
+    assert decision.wanted_replicas == expected
+    assert expected < 2 * decision.analysis.ttft_ms / 500.0  # the proportional step's count
+    assert "tokens/s to carry at 60%" in decision.reason
+
+
 def test_queue_bound_sizes_by_the_learned_latency_model() -> None:
     # 40 req/s × 1400 tokens = 56 000 tokens/s; by the remembered windows (380 + 100·z/√c
     # at 12 000 tokens/s per replica, target 0.95 × 500 = 475 ms) 6 replicas would give
@@ -232,7 +252,8 @@ def test_a_paced_scale_up_below_the_maximum_raises_no_batch() -> None:
     sla = spec(replicas={"min": 1, "max": 8}, knobs=KNOBS, objectives=ITL)
     flooded = [TTFTBreakdown(6000.0 + i, 5.0, 120.0, 20.0) for i in range(300)]  # 13× over
     state = PolicyState(fleet(replicas=1, ready_replicas=1), PolicyMemory())  # no model yet
-    decision = decide(sla, window(flooded, 1, running=64.0, waiting=200.0), state, NOW)
+    flood = window(flooded, 1, running=64.0, waiting=200.0, waiting_now=1000.0)
+    decision = decide(sla, flood, state, NOW)
     assert "rate-limited" in decision.reason, decision.reason
     assert 1 < decision.replicas < 8
     assert [c.knob for c in decision.changes] == ["replicas"], decision.changes

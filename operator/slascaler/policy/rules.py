@@ -4,8 +4,9 @@ Every rule returns a `Proposal`: a replica count (from `policy.sizing`, so that 
 sizes the fleet for its load and an oversized fleet shrinks whatever the regime), engine
 knob values, the reason for each, and the notes that explain it.
 
-- QueueBound: the count the load calls for (proportional to the TTFT pressure while no
-  steady window has been measured).
+- QueueBound: the count the load calls for (while no steady window has been measured: the
+  load at `unmodelled_utilisation` of a replica's known throughput, else a step in
+  proportion to the TTFT pressure).
 - PrefillBound: the count that keeps contention small, and a larger chunk (the smallest
   one the step-cost model predicts meets the objective, aiming under it), or the reason
   none can: no chunkSize knob, an unreadable flag, the maximum reached, no ITL headroom.
@@ -85,16 +86,28 @@ class Proposal:
 
 
 def _sized(ctx: Context) -> tuple[int | None, str]:
-    """The count the load calls for; without a model, a proportional step when over."""
+    """The count the load calls for; without a model, when requests queue, the load at a
+    cautious utilisation of a replica's throughput, or a proportional step if none is known."""
     sizing = ctx.sizing
     if sizing is not None and sizing.replicas is not None:
         return sizing.replicas, sizing.why
     pressure = ctx.analysis.ttft_ms / ctx.spec.ttft.threshold_ms
     if ctx.analysis.ttft_over and ctx.analysis.regime is Regime.QUEUE_BOUND:
-        # Requests queue: step in proportion, from the pods that served the window (pods
-        # still starting did not make its TTFT; they count as capacity afterwards). A slow
-        # TTFT without a queue (one giant prompt, a new knob value) waits for a steady
-        # window to measure it.
+        capacity = ctx.memory.capacity
+        if sizing is not None and capacity is not None and capacity > 0 and sizing.load > 0:
+            # Requests queue and a replica's throughput is known (measured while they
+            # queued, or from the step cost): the arrivals and the backlog to drain, at a
+            # cautious utilisation. The TTFT grows with the queue while pods load, and a
+            # step in proportion to it asked for 8, 16, 38, then 153 replicas where 5 carry
+            # the load (the demo's first two minutes).
+            utilisation = ctx.tunables.unmodelled_utilisation
+            return math.ceil(sizing.load / (capacity * utilisation)), (
+                f"no steady window measured yet: {sizing.load:.0f} tokens/s to carry at "
+                f"{utilisation:.0%} of {capacity:.0f} tokens/s per replica"
+            )
+        # Step in proportion, from the pods that served the window (pods still starting did
+        # not make its TTFT; they count as capacity afterwards). A slow TTFT without a queue
+        # (one giant prompt, a new knob value) waits for a steady window to measure it.
         served_by = ctx.observation.reporting_pods or ctx.fleet.ready_replicas
         if math.isfinite(pressure):
             return math.ceil(max(1, served_by) * pressure), (

@@ -13,7 +13,8 @@
    (prefill-bound), replicas cannot help: the count is the one at which contention adds at
    most `PREFILL_BOUND_STRETCH` to the idle TTFT, so an oversized fleet still shrinks.
 
-Without a model (no steady window yet) it cannot say; the caller then steps proportionally.
+Without a model (no steady window yet) it gives the load only; the caller then sizes from a
+replica's throughput, or steps proportionally.
 
 Pure; called by `policy.decide`.
 """

@@ -57,6 +57,12 @@ class Tunables:
     # window, which measures the capacity itself, still moves it at the rate above.
     capacity_fall_rate: float = 0.03
 
+    # Requests queue and no steady window has given a model yet: replicas for the load at
+    # this utilisation of a replica's throughput (the fitted models of the benchmark's
+    # scenarios settle at 0.45–0.6 on the conversation mix; the high end, since the model
+    # refines the count within minutes and the scale-down is paced).
+    unmodelled_utilisation: float = 0.6
+
     # -- load: now and coming ----------------------------------------------------------
     # Load history kept for the trend, and the span the trend is fitted over.
     load_history_kept: int = 48
@@ -105,7 +111,7 @@ class Tunables:
     replicas_backoff_max_s: float = 3600.0
 
     # -- mechanisms (ablations) ------------------------------------------------------------
-    use_latency_model: bool = True  # size from the learned latency curve (else proportional)
+    use_latency_model: bool = True  # size from the learned latency curve (else by throughput)
     use_short_window: bool = True  # see bursts in the last 30 s, before a window shows them
     use_trend: bool = True  # size for the load at now + start-up
     use_burst_memory: bool = True  # size for the recent peaks, not only the present
