@@ -76,6 +76,13 @@ def test_the_mix_of_the_windows_does_not_pass_for_contention() -> None:
     without = [LoadPoint(p.at, p.work, p.ttft_ms, p.itl_ms, p.replicas) for p in with_mix]
     blind = fit_latency(without, 12000.0, 1000.0, 900.0, 0.0, 0.0)
     assert blind is not None and blind.ttft.slope > 1.3 * slope
+    # Sized at a window's own mix: longer requests, a higher floor, more replicas for it.
+    heavier = model.at_mix(mean_mix + 200.0)
+    assert heavier.ttft.floor == pytest.approx(floor + per_token * 200.0, rel=1e-6)
+    assert heavier.ttft_at(6000.0, 4) == pytest.approx(ttft(6000.0, mean_mix + 200.0))
+    assert blind.at_mix(mean_mix + 200.0) == blind  # no mix term fitted: nothing to move
+    light, heavy = (replicas_for(40000.0, m, 475.0, None, 64) for m in (model, heavier))
+    assert light is not None and heavy is not None and heavy > light
 
 
 def test_a_mix_that_lowers_the_ttft_is_not_believed() -> None:

@@ -33,6 +33,9 @@ tokens), not requests, so the model survives a change of the prompt/output mix.
   rise with them (a third term, `_fit_with_mix`): busier windows are often windows of
   longer requests, and fitted on x alone the slope took the longer prompts' own prefill
   for contention (conversation trace: 299 ms against 160 ms with the mix, over one run).
+  `LatencyModel.at_mix` moves the floor to a window's own mix, which sizing uses: the
+  superposed trace's hours of long code prompts raise the floor the replicas must leave
+  room above.
 - `replicas_for` finds the fewest replicas whose predicted latencies meet the targets.
 - `ReplicaWorth` is what replicas are worth to one fleet: the TTFT the model predicts for
   its load at any replica count (so at one replica more or less), and the gain of one more
@@ -45,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slascaler.model.chunking import StepCost, estimate_step_cost
 
@@ -104,6 +107,8 @@ class Curve:
     residual: float  # weighted root mean square residual (ms)
     points: int
     spread: float  # max − min of x over the points: 0 means one load seen
+    per_token: float = 0.0  # how the floor rises per token of work a request brings (ms)
+    mix: float = math.nan  # the tokens per request the floor is at (NaN: not fitted on it)
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,15 @@ class LatencyModel:
     capacity: float  # W_max, tokens/s per replica
     ttft: Curve  # I + b · z(u) / √c
     itl: Curve | None  # c0 + c1 · u
+
+    def at_mix(self, tokens_per_request: float) -> LatencyModel:
+        """The model for windows whose requests bring `tokens_per_request` tokens: the TTFT
+        floor moved along the fitted mix term (unchanged where none was fitted)."""
+        curve = self.ttft
+        if curve.per_token <= 0 or not math.isfinite(curve.mix + tokens_per_request):
+            return self
+        floor = max(0.0, curve.floor + curve.per_token * (tokens_per_request - curve.mix))
+        return replace(self, ttft=replace(curve, floor=floor, mix=tokens_per_request))
 
     def ttft_at(self, work: float, replicas: int) -> float:
         return self.ttft.floor + self.ttft.slope * contention(work, self.capacity, replicas)
@@ -206,7 +220,7 @@ def _fit_with_mix(
         sum(w * (y - floor - slope * x) ** 2 for w, x, y in zip(weights, xs, ys, strict=True))
         / sw
     )
-    return Curve(floor, slope, residual, len(xs), max(xs) - min(xs))
+    return Curve(floor, slope, residual, len(xs), max(xs) - min(xs), per_token, mean_mix)
 
 
 def _solve3(matrix: list[list[float]], rhs: list[float]) -> tuple[float, float, float] | None:

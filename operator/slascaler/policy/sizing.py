@@ -1,7 +1,7 @@
 """How many replicas the load calls for, whatever the regime.
 
 1. The latency model (`model.latency`) is fitted to the windows remembered at the current
-   knob values; its residual, at least `sizing_margin`'s share, is taken off the objectives
+   knob values, its floor moved to this window's tokens per request; its residual, at least `sizing_margin`'s share, is taken off the objectives
    (`objective_target`). Its inverse gives the most work one replica carries within both
    objectives.
 2. The load to carry: the work arriving now (`learning.window_load`: the short window in a
@@ -150,6 +150,9 @@ def size(
     if model is None:
         return Sizing(None, None, "no steady window measured yet", True, None, None,
                       wanted_load, forecast)  # fmt: skip
+    # The floor at this window's mix: the tail prompts' own prefill, which the replicas
+    # cannot change, is longer when the requests are (`model.latency`).
+    model = model.at_mix(load.tokens_per_request)
     ttft_target = objective_target(spec.ttft.threshold_ms, model.ttft.residual, tunables)
     itl_target = None
     if spec.itl is not None and model.itl is not None:
