@@ -1,9 +1,9 @@
 """How many replicas the load calls for, whatever the regime.
 
 1. The latency model (`model.latency`) is fitted to the windows remembered at the current
-   knob values, its floor moved to this window's tokens per request; its residual, at least `sizing_margin`'s share, is taken off the objectives
-   (`objective_target`). Its inverse gives the most work one replica carries within both
-   objectives.
+   knob values, its floor moved to this window's tokens per request; its residual, at
+   least `sizing_margin`'s share, is taken off the objectives (`objective_target`). Its
+   inverse gives the most work one replica carries within both objectives.
 2. The load to carry: the work arriving now (`learning.window_load`: the short window in a
    burst), plus the backlog drained within a start-up delay, plus the trend the last
    minutes kept (a rise in both halves of them, not a step) carried to now + start-up
