@@ -7,11 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from builders import observation_from_samples, spec
-from slascaler.model.latency import LoadPoint, contention
-from slascaler.policy.learning import WindowLoad, window_load
-from slascaler.policy.sizing import objective_target, recent_peak, size, trend_per_s
-from slascaler.policy.state import PolicyMemory
+from builders import observation_from_samples
+from slascaler.policy.learning import window_load
+from slascaler.policy.sizing import objective_target, recent_peak, trend_per_s
 from slascaler.policy.tunables import Tunables
 from slascaler.scenarios import source_scenario
 
@@ -77,29 +75,3 @@ def test_the_margin_is_the_models_noise_or_the_floor_not_both() -> None:
     assert target(5.0) == pytest.approx(500.0 * TUNABLES.sizing_margin)  # the floor
     assert target(30.0) == pytest.approx(470.0)  # the noise, not the floor on top
     assert target(400.0) == pytest.approx(500.0 * (1 - TUNABLES.max_noise_margin))  # capped
-
-
-def test_a_floor_just_under_the_objective_calls_for_no_more_replicas_than_one_just_over() -> None:
-    """Where the idle TTFT nears the objective, meeting it would take replicas without end
-    for a queue term lost in the noise; the count stays the one a floor past it gets."""
-    capacity, tokens = 40_000.0, 7000.0
-    objective = spec(objectives={"ttft": {"percentile": 95, "thresholdMs": 250}})
-    target = objective_target(250.0, 0.0, TUNABLES)
-
-    def count(floor_ms: float) -> int | None:
-        points = tuple(
-            LoadPoint(NOW - 60.0 * i, work, floor_ms + 70.0 * contention(work, capacity, n),
-                      10.0, n)
-            for i, (work, n) in enumerate([(2000.0, 1), (3500.0, 1), (4000.0, 2), (6000.0, 3)])
-        )  # fmt: skip
-        memory = PolicyMemory(load_points=points, capacity=capacity, first_seen_at=0.0)
-        load = WindowLoad(pods=1, requests_per_s=0.5, tokens_per_request=tokens,
-                          arrivals_per_s=0.5, backlog=0.0)  # fmt: skip
-        return size(objective, memory, load, NOW, TUNABLES).replicas
-
-    over = count(target * 1.01)
-    assert over is not None
-    for share in (0.95, 0.98, 0.99, 0.999):
-        under = count(target * share)
-        assert under is not None and under <= over, (share, under, over)
-    assert count(target * 0.5) == 1  # far under it, the load itself sizes the fleet

@@ -11,9 +11,7 @@
    where bursts recur, with headroom for how far the forecasts have been off.
 3. Replicas = load / work per replica. When even an idle replica misses the TTFT objective
    (prefill-bound), replicas cannot help: the count is the one at which contention adds at
-   most `PREFILL_BOUND_STRETCH` to the idle TTFT, so an oversized fleet still shrinks. The
-   same count stands where the objective is above the idle TTFT by less than that stretch:
-   meeting it would take replicas without end for a queue term lost in the model's noise.
+   most `PREFILL_BOUND_STRETCH` to the idle TTFT, so an oversized fleet still shrinks.
 
 Without a model (no steady window yet) it gives the load only; the caller then sizes from a
 replica's throughput, or steps proportionally.
@@ -161,12 +159,10 @@ def size(
         itl_target = objective_target(spec.itl.threshold_ms, model.itl.residual, tunables)
     limit = spec.replicas.max * 4
     feasible = model.ttft.floor < ttft_target
-    # Where the objective leaves the queue less room than the stretch, replicas cannot
-    # bring TTFT under it (the floor is above), or could only by crowding the queue term
-    # into the model's noise at many times the count: keep contention small instead. One
-    # rule on both sides keeps the count continuous as the floor crosses the objective.
-    stretched = model.ttft.floor * (1 + PREFILL_BOUND_STRETCH)
-    target = max(ttft_target, stretched)
+    target = ttft_target
+    if not feasible:
+        # Replicas cannot bring TTFT under the objective: keep contention small instead.
+        target = model.ttft.floor * (1 + PREFILL_BOUND_STRETCH)
     count = replicas_for(wanted_load, model, target, itl_target, limit)
     without_backlog = replicas_for(predicted * headroom, model, target, itl_target, limit)
     per_replica = wanted_load / count if count else None
@@ -179,9 +175,8 @@ def size(
         + " for "
         + (
             f"TTFT p{spec.ttft.percentile:g} ≤ {ttft_target:.0f} ms"
-            if target == ttft_target
-            else "10% of its idle TTFT (the objective is "
-            + ("out of reach of replicas)" if not feasible else "that close to the idle TTFT)")
+            if feasible
+            else "10% of its idle TTFT (the objective is out of reach of replicas)"
         )
         + (f" and ITL ≤ {itl_target:.0f} ms" if itl_target is not None else "")
         + f" (model: TTFT ≈ {model.ttft.floor:.0f} + {model.ttft.slope:.0f}·z(u)/√replicas, "
