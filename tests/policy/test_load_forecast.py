@@ -68,6 +68,31 @@ def test_while_a_backlog_drains_the_arrivals_are_the_served_rate_less_the_drain(
     assert load.arrivals_per_s == pytest.approx(served * 2.5)
 
 
+def test_the_short_window_counts_only_when_it_shows_more_than_its_noise() -> None:
+    """The last 30 s holds half the window's requests, so its rate scatters √2 times as
+    much: taking the larger of the two sized a steady load above itself. It stands where it
+    exceeds the whole window by more than two standard deviations of its own count, or
+    where the queue grew by a request per pod."""
+    samples = source_scenario("high-load", 3000, seed=1)
+    observation = observation_from_samples(samples, pods=8, tokens_per_request=1000.0)
+    served = observation.request_rate
+    counted = served * 30.0
+    sigma = 1 / counted**0.5
+
+    def arrivals(recent_rate: float, growth: float = 0.0) -> float:
+        window = replace(observation, recent_window_s=30.0, recent_request_rate=recent_rate,
+                         recent_waiting_growth=growth)  # fmt: skip
+        load = window_load(window, use_short_window=True)
+        assert load is not None
+        return load.arrivals_per_s
+
+    assert arrivals(served * (1 + sigma)) == pytest.approx(served)  # within the noise
+    assert arrivals(served * (1 + 3 * sigma)) == pytest.approx(served * (1 + 3 * sigma))
+    building = 8 / 30.0  # one request more waiting per pod over the short window
+    assert arrivals(served, building) == pytest.approx(served + building)
+    assert arrivals(served, building / 2) == pytest.approx(served)
+
+
 def test_the_margin_is_the_models_noise_or_the_floor_not_both() -> None:
     def target(residual_ms: float) -> float:
         return objective_target(500.0, residual_ms, TUNABLES)
