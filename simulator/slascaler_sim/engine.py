@@ -143,9 +143,14 @@ class Replica:
     step: _Step | None = None
     last_step: _Step | None = None  # the latest completed iteration (for `forward_pass`)
     cache: PrefixCache | None = None  # made at the first request with block hashes
+    # When the replica's own next event falls (`next_event`), kept up to date by every
+    # method that changes its phase or step: the fleet's event loop reads it for each replica
+    # at every event, the simulator's hottest line.
+    next_at: float = field(init=False)
 
     def __post_init__(self) -> None:
         self.recorder = MetricRecorder(self.profile.max_model_len)
+        self._sync_next_event()
 
     @property
     def outstanding(self) -> int:
@@ -153,9 +158,13 @@ class Replica:
 
     @property
     def next_event(self) -> float:
+        return self.next_at
+
+    def _sync_next_event(self) -> None:
         if self.phase is Phase.STARTING:
-            return self.ready_at
-        return self.step.end if self.step is not None else math.inf
+            self.next_at = self.ready_at
+        else:
+            self.next_at = self.step.end if self.step is not None else math.inf
 
     def handle_event(self, now: float) -> None:
         """The replica's own event at `now`: becoming ready, or the end of its step run."""
@@ -163,7 +172,7 @@ class Replica:
             self.phase = Phase.READY
         else:
             self._finish_step()
-        self._plan(now)  # also brings the gauges up to `now`
+        self._plan(now)  # also brings the gauges up to `now`, and the next event
 
     def submit(self, request: Request, now: float) -> None:
         request.engine_arrival = now
@@ -184,6 +193,7 @@ class Replica:
             # Cut a decode-only run at the first step boundary at or after the arrival.
             done = max(1, math.ceil((now - self.step.start) / self.step.duration - 1e-12))
             self.step.repeats = min(self.step.repeats, done)
+            self._sync_next_event()
         self._update_gauges(now)
 
     def forward_pass(self) -> ForwardPass:
@@ -212,6 +222,7 @@ class Replica:
         self.phase = Phase.DRAINING
         if self.step is None and not self.outstanding:
             self.phase = Phase.STOPPED
+        self._sync_next_event()
 
     def cached_prefix_tokens(self, request: Request) -> int:
         """Prompt tokens of `request` this replica would find in its prefix cache now."""
@@ -263,19 +274,26 @@ class Replica:
                 self.cache.evict_to(capacity - self.kv_used)
 
     def _plan(self, now: float) -> None:
-        if self.phase in (Phase.STARTING, Phase.STOPPED):
-            return
+        if self.phase not in (Phase.STARTING, Phase.STOPPED):
+            self._schedule(now)
+        self._sync_next_event()
+
+    def _schedule(self, now: float) -> None:
         budget = self.max_num_batched_tokens
-        decoding = sum(1 for r in self.running if r.decoding)
-        self._preempt_for(decoding)
+        running = self.running
+        if self.kv_used + len(running) > self.profile.kv_capacity_tokens:
+            # Only then can the decodes' next tokens not fit (counting them is the hot path).
+            self._preempt_for(sum(1 for r in running if r.decoding))
         chunks: list[tuple[Request, int]] = []
         decodes: list[Request] = []
         pairs = 0.0
-        for request in self.running:
+        kv_read = 0  # KV tokens the decodes read
+        for request in running:
             if budget <= 0:
                 break
-            if request.decoding:
+            if request.prefilled >= request.prefill_target:  # decoding (inlined: hot path)
                 decodes.append(request)
+                kv_read += request.kv
                 budget -= 1
             else:
                 tokens = min(request.prefill_target - request.prefilled, budget)
@@ -314,7 +332,6 @@ class Replica:
                 self.phase = Phase.STOPPED
             return
         prefill_tokens = sum(t for _, t in chunks)
-        kv_read = sum(r.kv for r in decodes)
         repeats = 1
         if not chunks:
             # Decode-only: nothing changes until a request finishes or the KV cache fills.
@@ -332,10 +349,12 @@ class Replica:
         self.step = None
         self.last_step = step
         repeats, duration, record, end = step.repeats, step.duration, self.recorder, step.end
+        finishing = False
         for request in step.decodes:
             request.generated += repeats
             request.kv += repeats
             request.last_token_at = end
+            finishing = finishing or request.generated >= request.output
         self.kv_used += repeats * len(step.decodes)
         if step.decodes:
             # Every decode of the step waited the same step time for its token.
@@ -353,7 +372,10 @@ class Replica:
                 self._cache_blocks(request)
             if request.decoding:
                 self._emit_token_after_prefill(request, end)
-        done = [r for r in self.running if r.generated >= r.output]
+                finishing = finishing or request.generated >= request.output
+        # Only a request of this step can have reached its output length (others left at
+        # the step that did): the running batch is searched only when one did.
+        done = [r for r in self.running if r.generated >= r.output] if finishing else []
         if done:
             self.running = [r for r in self.running if r.generated < r.output]
             for request in done:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from slascaler_sim.recorder import Layout, MetricRecorder
 from slascaler_sim.routing import least_outstanding, prefix_affinity
 
 ROUTERS = ("least-outstanding", "prefix-affinity", "round-robin")
+_NEXT_EVENT = operator.attrgetter("next_at")  # the event loop's key: a C getter, not a call
 
 
 @dataclass(frozen=True)
@@ -301,8 +303,8 @@ class Fleet:
     def run_until(self, until: float) -> None:
         while True:
             arrival = self._next_arrival.arrival if self._next_arrival else math.inf
-            replica = min(self.replicas, key=lambda r: r.next_event, default=None)
-            own = replica.next_event if replica is not None else math.inf
+            replica = min(self.replicas, key=_NEXT_EVENT, default=None)
+            own = replica.next_at if replica is not None else math.inf
             if min(arrival, own) > until:
                 break
             if arrival <= own:

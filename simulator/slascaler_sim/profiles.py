@@ -55,11 +55,10 @@ Read by `sim.engine` (step times, context limit) and `sim.fleet` (metric buckets
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Final
-
-import numpy as np
 
 LAYERS: Final = 32
 HIDDEN: Final = 4096
@@ -87,10 +86,10 @@ class CostProfile:
     attention_ms_per_token_pair: float = 0.0  # prefill attention per causal query-key pair
 
     @cached_property
-    def _axes(self) -> tuple[np.ndarray, np.ndarray]:
+    def _axes(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
         return (
-            np.asarray([x for x, _ in self.token_points], dtype=np.float64),
-            np.asarray([y for _, y in self.token_points], dtype=np.float64),
+            tuple(float(x) for x, _ in self.token_points),
+            tuple(float(y) for _, y in self.token_points),
         )
 
     def linear_ms(self, tokens: float) -> float:
@@ -99,8 +98,15 @@ class CostProfile:
         if not points or tokens <= 0:
             return 0.0
         if tokens <= points[-1][0]:
+            # numpy.interp's arithmetic, without its per-call array overhead (once per step)
             xs, ys = self._axes
-            return float(np.interp(tokens, xs, ys))
+            j = bisect.bisect_right(xs, tokens) - 1
+            if j < 0:
+                return ys[0]
+            if j >= len(xs) - 1:
+                return ys[-1]
+            slope = (ys[j + 1] - ys[j]) / (xs[j + 1] - xs[j])
+            return slope * (tokens - xs[j]) + ys[j]
         (x0, y0), (x1, y1) = points[-2], points[-1]
         return y1 + (y1 - y0) / (x1 - x0) * (tokens - x1)
 
