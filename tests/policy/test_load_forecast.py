@@ -93,6 +93,25 @@ def test_the_short_window_counts_only_when_it_shows_more_than_its_noise() -> Non
     assert arrivals(served, building / 2) == pytest.approx(served)
 
 
+def test_after_a_backlog_the_arrivals_are_counted_by_conservation() -> None:
+    """Requests queued during the window: its first tokens include the backlog the replicas
+    drained, and sized the step scenario for 27.9 requests/s where 23.0 arrived. The short
+    window's conservation (first tokens + the queue's growth) counts arrivals instead, even
+    when the queue no longer moves."""
+    samples = source_scenario("high-load", 3000, seed=1)
+    observation = observation_from_samples(samples, pods=8, tokens_per_request=1000.0)
+    served = observation.request_rate
+    after_a_drain = replace(observation, waiting=8 * 3.0, recent_window_s=30.0,
+                            recent_request_rate=served * 0.8, recent_waiting_growth=0.0)  # fmt: skip
+    load = window_load(after_a_drain, use_short_window=True)
+    assert load is not None
+    assert load.arrivals_per_s == pytest.approx(served * 0.8)
+    no_queue = replace(after_a_drain, waiting=8 * 0.2)
+    load = window_load(no_queue, use_short_window=True)
+    assert load is not None
+    assert load.arrivals_per_s == pytest.approx(served)
+
+
 def test_the_margin_is_the_models_noise_or_the_floor_not_both() -> None:
     def target(residual_ms: float) -> float:
         return objective_target(500.0, residual_ms, TUNABLES)

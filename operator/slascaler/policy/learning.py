@@ -2,8 +2,9 @@
 
 - `window_load` turns an observation into work (tokens/s computed prompt + generated),
   the tokens one request brings, the arrivals now (served + growth of the waiting
-  requests over the short window, where a backlog drains or where it shows a burst: more
-  than the whole window by more than its noise, or a queue that grows) and the backlog.
+  requests over the short window, where requests queued in the window or where it shows a
+  burst: more than the whole window by more than its noise, or a queue that grows) and the
+  backlog.
 - `learn` returns the memory with this window recorded: a `LoadPoint` when the fleet was
   steady over the window (a count that did not change, no backlog hiding the arrivals, at
   the current knob values — the points of other knob values are dropped, they describe
@@ -29,6 +30,7 @@ from slascaler.policy.tunables import Tunables
 from slascaler.spec import SLASpec
 
 SATURATED_WAITING_PER_POD = 2.0
+QUEUED_PER_POD = 1.0  # waiting requests per pod, on average over a window, that make a backlog
 SHORT_WINDOW_SIGMAS = 2.0  # a short window's excess over the whole one that is a burst
 ASSUMED_CHUNK = 2048  # vLLM's token budget on smaller GPUs, the lowest of its defaults
 
@@ -90,9 +92,13 @@ def window_load(observation: Observation, use_short_window: bool) -> WindowLoad 
     if use_short_window and _finite(recent, growth) and observation.recent_window_s > 0:
         # Requests arrive into the queue or start: arrivals = first tokens + the queue's
         # growth. While a backlog drains, both served rates carry the drain on top of the
-        # arrivals (counted again as the backlog to drain): the conservation alone says.
+        # arrivals (counted again as the backlog to drain): the conservation alone says. So
+        # too wherever requests queued in the whole window: its first tokens are what the
+        # replicas served, not what arrived (the step scenario, 30 s after its backlog had
+        # drained: 27.9 requests/s served over the window, 23.0 arriving).
         recent_arrivals = max(0.0, recent + growth)
-        if growth < 0:
+        queued = observation.waiting / pods >= QUEUED_PER_POD  # NaN: no
+        if growth < 0 or queued:
             arrivals = recent_arrivals
         elif _burst_seen(arrivals, recent_arrivals, recent, growth, observation, pods):
             arrivals = max(arrivals, recent_arrivals)
