@@ -101,8 +101,10 @@ def test_after_a_backlog_the_arrivals_are_counted_by_conservation() -> None:
     samples = source_scenario("high-load", 3000, seed=1)
     observation = observation_from_samples(samples, pods=8, tokens_per_request=1000.0)
     served = observation.request_rate
-    after_a_drain = replace(observation, waiting=8 * 3.0, recent_window_s=30.0,
-                            recent_request_rate=served * 0.8, recent_waiting_growth=0.0)  # fmt: skip
+    after_a_drain = replace(
+        observation, waiting=8 * 3.0, recent_window_s=30.0, recent_request_rate=served * 0.8,
+        recent_waiting_growth=0.0,
+    )  # fmt: skip
     load = window_load(after_a_drain, use_short_window=True)
     assert load is not None
     assert load.arrivals_per_s == pytest.approx(served * 0.8)
