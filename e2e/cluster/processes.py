@@ -113,7 +113,7 @@ class Service:
         if self.process is None:
             return
         if self.process.poll() is None:
-            stop_group(self.process.pid, grace, sig)
+            stop_group(self.process.pid, grace, sig, reap=self.process.poll)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=grace + 5)
         self.process = None
@@ -126,14 +126,24 @@ class Service:
         return tail(self.log, lines)
 
 
-def stop_group(pid: int, grace: float = 10.0, sig: int = signal.SIGTERM) -> None:
-    """Signal a process group, then SIGKILL it if it is still there after `grace` seconds."""
+def stop_group(
+    pid: int,
+    grace: float = 10.0,
+    sig: int = signal.SIGTERM,
+    reap: Callable[[], object] = lambda: None,
+) -> None:
+    """Signal a process group, then SIGKILL it if it is still there after `grace` seconds.
+
+    `reap` collects the group's leader when it is the caller's child (`Popen.poll`): a child
+    that exited stays in its group as a zombie until its parent waits for it, and every stop
+    then took the whole grace period (Prometheus: 10 s, though it exits in milliseconds)."""
     try:
         os.killpg(pid, sig)
     except ProcessLookupError:
         return
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
+        reap()
         try:
             os.killpg(pid, 0)
         except ProcessLookupError:
