@@ -143,10 +143,10 @@ class Replica:
     step: _Step | None = None
     last_step: _Step | None = None  # the latest completed iteration (for `forward_pass`)
     cache: PrefixCache | None = None  # made at the first request with block hashes
-    # When the replica's own next event falls (`next_event`), kept up to date by every
-    # method that changes its phase or step: the fleet's event loop reads it for each replica
-    # at every event, the simulator's hottest line.
-    next_at: float = field(init=False)
+    # When the replica's own next event falls: becoming ready, or the end of its step run;
+    # kept up to date by every method that changes its phase or step (a plain attribute, as
+    # the fleet's event loop reads it for each replica at every event, its hottest line).
+    next_event: float = field(init=False)
 
     def __post_init__(self) -> None:
         self.recorder = MetricRecorder(self.profile.max_model_len)
@@ -156,15 +156,11 @@ class Replica:
     def outstanding(self) -> int:
         return len(self.waiting) + len(self.running)
 
-    @property
-    def next_event(self) -> float:
-        return self.next_at
-
     def _sync_next_event(self) -> None:
         if self.phase is Phase.STARTING:
-            self.next_at = self.ready_at
+            self.next_event = self.ready_at
         else:
-            self.next_at = self.step.end if self.step is not None else math.inf
+            self.next_event = self.step.end if self.step is not None else math.inf
 
     def handle_event(self, now: float) -> None:
         """The replica's own event at `now`: becoming ready, or the end of its step run."""

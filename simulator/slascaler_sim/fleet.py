@@ -49,7 +49,7 @@ from slascaler_sim.recorder import Layout, MetricRecorder
 from slascaler_sim.routing import least_outstanding, prefix_affinity
 
 ROUTERS = ("least-outstanding", "prefix-affinity", "round-robin")
-_NEXT_EVENT = operator.attrgetter("next_at")  # the event loop's key: a C getter, not a call
+_NEXT_EVENT = operator.attrgetter("next_event")  # the event loop's key: a C getter, not a call
 
 
 @dataclass(frozen=True)
@@ -304,7 +304,7 @@ class Fleet:
         while True:
             arrival = self._next_arrival.arrival if self._next_arrival else math.inf
             replica = min(self.replicas, key=_NEXT_EVENT, default=None)
-            own = replica.next_at if replica is not None else math.inf
+            own = replica.next_event if replica is not None else math.inf
             if min(arrival, own) > until:
                 break
             if arrival <= own:
