@@ -27,7 +27,14 @@ from kubernetes.config import kube_config
 
 from slascaler.kube.api import ContainerPatch, DeploymentPatch
 from slascaler.kube.clients import Clients
-from slascaler.kube.errors import Conflict, Forbidden, KubeError, NotFound, Unreachable
+from slascaler.kube.errors import (
+    Conflict,
+    Forbidden,
+    KubeError,
+    NamespaceTerminating,
+    NotFound,
+    Unreachable,
+)
 
 NS = "team-a"
 API = "/apis/slascaler.io/v1alpha1"
@@ -223,16 +230,18 @@ def test_a_status_is_a_merge_patch_of_the_status_subresource(
     assert request.body == {"status": {"regime": "Idle"}}
 
 
+EVENT = {
+    "metadata": {"name": "chat.1"}, "reason": "ScaleUp", "type": "Normal",
+    "involvedObject": {"kind": "InferenceSLA", "namespace": NS, "name": "chat"},
+}  # fmt: skip
+
+
 def test_an_event_is_posted_in_its_namespace(server: FakeAPIServer) -> None:
     server.answer = lambda method, path: (201, {})
-    event = {
-        "metadata": {"name": "chat.1"}, "reason": "ScaleUp", "type": "Normal",
-        "involvedObject": {"kind": "InferenceSLA", "namespace": NS, "name": "chat"},
-    }  # fmt: skip
-    clients_for(server.url).create_event(NS, event)
+    clients_for(server.url).create_event(NS, EVENT)
     [request] = server.requests
     assert (request.method, request.path) == ("POST", f"/api/v1/namespaces/{NS}/events")
-    assert request.body == event
+    assert request.body == EVENT
 
 
 @pytest.mark.parametrize(
@@ -248,6 +257,28 @@ def test_the_api_servers_errors_become_kube_errors_with_its_message(
         clients_for(server.url).get_deployment(NS, "llama")
     assert raised.value.status == code
     assert raised.value.message == f"reading Deployment {NS}/llama: {message}"
+
+
+def test_a_create_in_a_namespace_being_deleted_is_told_from_an_rbac_refusal(
+    server: FakeAPIServer,
+) -> None:
+    """The body k8s.io/apiserver's namespace lifecycle admission answers with (a Forbidden
+    Status whose details carry the cause NamespaceTerminating)."""
+    message = f"events is forbidden: unable to create new content in namespace {NS} because it is being terminated"  # noqa: E501
+    status = status_error(403, "Forbidden", message) | {
+        "details": {"kind": "events", "causes": [
+            {"reason": "NamespaceTerminating", "field": "metadata.namespace",
+             "message": f"namespace {NS} is being terminated"}]},
+    }  # fmt: skip
+    server.answer = lambda method, path: (403, status)
+    with pytest.raises(NamespaceTerminating) as raised:
+        clients_for(server.url).create_event(NS, EVENT)
+    assert raised.value.message == f"posting an Event in {NS}: {message}"
+
+    server.answer = lambda method, path: (403, status_error(403, "Forbidden", "RBAC says no"))
+    with pytest.raises(Forbidden) as refused:
+        clients_for(server.url).create_event(NS, EVENT)
+    assert type(refused.value) is Forbidden
 
 
 def test_any_other_error_keeps_its_status_and_without_a_message_says_the_http_reason(

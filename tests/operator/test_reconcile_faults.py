@@ -19,7 +19,7 @@ from test_reconcile import BOUNDED, SLA, flags, queue_bound, raises
 
 from edge import NAME, NAMESPACE, SLA_NAME, Edge
 from slascaler.acting import act, validate_decision
-from slascaler.kube.errors import KubeError
+from slascaler.kube.errors import KubeError, NamespaceTerminating
 from slascaler.kube.fleet import read_fleet
 from slascaler.policy import Change, Decision, PolicyMemory, PolicyState, Reason, decide
 from slascaler.spec import parse_spec
@@ -91,6 +91,25 @@ def test_an_event_that_cannot_be_posted_costs_the_event_only(
     assert edge.events() == []
     assert edge.telemetry.errors.labels("kubernetes")._value.get() == 1
     assert any("not posted" in r.getMessage() for r in caplog.records)
+
+
+def test_an_event_refused_because_the_namespace_is_being_deleted_is_no_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The InferenceSLA goes with its namespace; an evaluation between the namespace's
+    deletion and the SLA's is not a fault (the e2e log check caught it as one)."""
+    edge = Edge(BOUNDED, replicas=20)
+    refusal = NamespaceTerminating(
+        f"events is forbidden: unable to create new content in namespace {NAMESPACE} because "
+        "it is being terminated"
+    )
+    edge.cluster.fail("create_event", raises(refusal))
+    with caplog.at_level(logging.INFO):
+        evaluation = edge.reconcile()
+    assert {str(c) for c in evaluation.acted} == {"replicas 20→16", "maxBatchSize 64→100"}
+    assert edge.telemetry.errors.labels("kubernetes")._value.get() == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("is being deleted" in r.getMessage() for r in caplog.records)
 
 
 def test_a_spec_the_operator_cannot_use_is_said_and_nothing_is_read() -> None:

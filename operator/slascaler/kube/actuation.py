@@ -14,15 +14,17 @@
   not starve a needed change. Otherwise `TargetChanged`.
 - Events are core/v1 Events on the InferenceSLA (what `kubectl describe` shows), from
   component `slascaler`. An action's Event has a name derived from the action, so posting it
-  again after a restart is a no-op (409), never a duplicate.
+  again after a restart is a no-op (409), never a duplicate. One refused because its
+  namespace is being deleted is dropped with an info line: the InferenceSLA goes with it.
 - Status goes through the status subresource as a JSON merge patch.
 
-Called by `reconcile` only.
+Called by `reconcile`, and by `pools.coordinator` for Events.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -39,8 +41,10 @@ from slascaler.kube.api import (
     KubeAPI,
     kube_time,
 )
-from slascaler.kube.errors import Conflict, NotFound
+from slascaler.kube.errors import Conflict, NamespaceTerminating, NotFound
 from slascaler.kube.fleet import FleetView, rebased
+
+log = logging.getLogger(__name__)
 
 CONFLICT_RETRIES = 10
 EVENT_MESSAGE_LIMIT = 1024
@@ -150,7 +154,8 @@ def post_event(
     now: float,
     name: str | None = None,
 ) -> bool:
-    """A core/v1 Event on the InferenceSLA; False when one of that `name` exists already."""
+    """A core/v1 Event on the InferenceSLA; False when one of that `name` exists already or
+    the namespace is being deleted (the API server then refuses anything new in it)."""
     metadata = sla["metadata"]
     stamp = kube_time(now)
     body = {
@@ -181,6 +186,10 @@ def post_event(
     try:
         api.create_event(metadata["namespace"], body)
     except Conflict:
+        return False
+    except NamespaceTerminating:  # the SLA goes with its namespace: no one will read the event
+        namespace = metadata["namespace"]
+        log.info("event %s not posted: namespace %s is being deleted", reason, namespace)
         return False
     return True
 

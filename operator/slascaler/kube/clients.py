@@ -33,23 +33,44 @@ from slascaler.kube.api import (
     DeploymentPatch,
     Json,
 )
-from slascaler.kube.errors import Conflict, Forbidden, KubeError, NotFound, Unreachable
+from slascaler.kube.errors import (
+    Conflict,
+    Forbidden,
+    KubeError,
+    NamespaceTerminating,
+    NotFound,
+    Unreachable,
+)
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 DEFAULT_TIMEOUT_S = 10.0
 
 
-def server_message(error: ApiException) -> str:
-    """The API server's message from an error, else the HTTP reason."""
+def server_status(error: ApiException) -> Mapping[str, Any]:
+    """The API server's Status object from an error's body; empty when the body is not one."""
     try:
         body = json.loads(error.body or "{}")
-        message = body.get("message")
-        if isinstance(message, str) and message:
-            return message
-    except (ValueError, TypeError, AttributeError):
-        pass
-    return str(error.reason)
+    except (ValueError, TypeError):
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def server_message(error: ApiException) -> str:
+    """The API server's message from an error, else the HTTP reason."""
+    message = server_status(error).get("message")
+    return message if isinstance(message, str) and message else str(error.reason)
+
+
+def namespace_terminating(error: ApiException) -> bool:
+    """Whether a 403 is the namespace lifecycle admission's: the namespace is being deleted
+    (k8s.io/apiserver's namespace/lifecycle plugin adds the cause NamespaceTerminating)."""
+    details = server_status(error).get("details")
+    causes = details.get("causes") if isinstance(details, dict) else None
+    return isinstance(causes, list) and any(
+        isinstance(cause, dict) and cause.get("reason") == "NamespaceTerminating"
+        for cause in causes
+    )
 
 
 @contextmanager
@@ -64,6 +85,8 @@ def translated_errors(what: str) -> Iterator[None]:
         if error.status == 409:
             raise Conflict(message) from None
         if error.status == 403:
+            if namespace_terminating(error):
+                raise NamespaceTerminating(message) from None
             raise Forbidden(message) from None
         if error.status in (0, None):  # the library's way of saying there was no response
             raise Unreachable(message) from None

@@ -7,6 +7,8 @@ in-memory cluster of the simulator raises exactly the same errors.
 
 - `NotFound` (404): the object does not exist.
 - `Forbidden` (403): RBAC does not grant the call.
+- `NamespaceTerminating` (403): the namespace is being deleted, so nothing new may be created
+  in it (an Event on an InferenceSLA whose namespace goes away); not a fault.
 - `Conflict` (409): a write's resourceVersion precondition failed (someone wrote since the
   read), or an object of that name already exists.
 - `Unreachable`: no answer at all (connection refused, reset, timed out).
@@ -33,6 +35,10 @@ class NotFound(KubeError):
 class Forbidden(KubeError):
     def __init__(self, message: str) -> None:
         super().__init__(403, message)
+
+
+class NamespaceTerminating(Forbidden):
+    """The namespace lifecycle admission refused a create: the namespace is being deleted."""
 
 
 class Conflict(KubeError):
