@@ -45,7 +45,7 @@ from typing import Any, Protocol
 from slascaler.acting import Acted, act
 from slascaler.kube.actuation import action_event_name, patch_status, post_event
 from slascaler.kube.api import Json, KubeAPI, kube_time
-from slascaler.kube.errors import KubeError
+from slascaler.kube.errors import KubeError, NotFound
 from slascaler.kube.fleet import ContainerMissing, FleetView, TargetMissing, read_fleet
 from slascaler.metrics.source import MetricSource
 from slascaler.policy import (
@@ -297,6 +297,9 @@ class Reconciler:
     def _write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
         try:
             patch_status(self.api, namespace, name, status)
+        except NotFound:  # deleted since it was read: nothing left to tell
+            log.info("%s/%s: deleted meanwhile; status not written", namespace, name)
+            return False
         except KubeError as error:
             self.telemetry.errors.labels("status").inc()
             log.error("%s/%s: status not written: %s", namespace, name, error)

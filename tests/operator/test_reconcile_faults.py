@@ -19,7 +19,7 @@ from test_reconcile import BOUNDED, SLA, flags, queue_bound, raises
 
 from edge import NAME, NAMESPACE, SLA_NAME, Edge
 from slascaler.acting import act, validate_decision
-from slascaler.kube.errors import KubeError, NamespaceTerminating
+from slascaler.kube.errors import KubeError, NamespaceTerminating, NotFound
 from slascaler.kube.fleet import read_fleet
 from slascaler.policy import Change, Decision, PolicyMemory, PolicyState, Reason, decide
 from slascaler.spec import parse_spec
@@ -47,6 +47,20 @@ def test_a_refused_write_ahead_of_the_status_writes_nothing_to_the_deployment() 
     assert "pendingAction" not in edge.status and "lastAction" not in edge.status
     assert edge.telemetry.errors.labels("status")._value.get() == 1
     assert [e["type"] for e in edge.events("ActionFailed")] == ["Warning"]
+
+
+def test_an_sla_deleted_while_it_is_evaluated_writes_nothing_and_is_no_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    edge = Edge(BOUNDED, replicas=20)
+    gone = NotFound(f'inferenceslas.slascaler.io "{SLA_NAME}" not found')
+    edge.cluster.fail("patch_inference_sla_status", raises(gone))
+    with caplog.at_level(logging.INFO):
+        evaluation = edge.reconcile()
+    assert evaluation.acted == () and edge.patches() == 0
+    assert edge.telemetry.errors.labels("status")._value.get() == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("deleted meanwhile" in r.getMessage() for r in caplog.records)
 
 
 def test_a_failed_re_read_before_acting_holds_until_the_next_window() -> None:
