@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import random
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -165,6 +166,12 @@ def _controller(
     )
 
 
+def _phase(seed: int, model: str, period_s: float) -> float:
+    """When a model's first evaluation comes: a whole number of ticks within the period."""
+    ticks = max(1, round(period_s / TICK_S))
+    return random.Random(f"{seed}:{model}").randrange(ticks) * TICK_S
+
+
 def run_arrangement(scenario: PoolScenario, arrangement: str, seed: int) -> PoolOutcome:
     """Every model of `scenario` under `arrangement`, in virtual time, on shared GPUs."""
     if arrangement not in ARRANGEMENTS:
@@ -199,7 +206,14 @@ def run_arrangement(scenario: PoolScenario, arrangement: str, seed: int) -> Pool
     timelines: list[list[Sample]] = [[] for _ in fleets]
     gpu_seconds = [0.0 for _ in fleets]
     joint: list[tuple[float, tuple[int, ...]]] = []
-    next_control = {id(c): 0.0 for c in controllers}
+    # Each SLA's evaluations start at its own phase of the period, as the operator's timers
+    # do (each starts when its InferenceSLA is seen): in lockstep, the first model's pods
+    # would be the oldest Pending ones at every collision and win every race for GPUs.
+    # Seeded per model, so every arrangement meets the same phases.
+    next_control = {
+        id(c): _phase(seed, model.name, c.period_s)
+        for model, c in zip(scenario.models, controllers, strict=True)
+    }
     now = 0.0
     while now <= scenario.duration_s:
         clock[0] = now

@@ -5,6 +5,8 @@
 - A short run of two models under every arrangement: with the GPUPool the fleets never ask
   for more GPUs than the pool holds and the pool's status is written; the high-priority
   model gets GPUs from the low-priority one; the weighted attainment is what it says.
+- Each model's evaluations start at its own seeded phase of the period (not in lockstep,
+  where the first model would win every race for GPUs).
 - The table, the verdict and the document's section (replaced in place; the matrix's
   `--doc` keeps it), and the command line's refusals.
 """
@@ -27,6 +29,7 @@ from slascaler_sim.pool_bench import (
     PoolModel,
     PoolOutcome,
     PoolScenario,
+    _phase,
     run_arrangement,
 )
 from slascaler_sim.profiles import PROFILES
@@ -93,6 +96,14 @@ def test_with_the_pool_the_fleets_never_ask_for_more_gpus_than_it_holds(
     for outcome in tiny_runs.values():
         assert [m.model for m in outcome.models] == ["high", "low"]
         assert 0 < outcome.utilisation <= 1
+
+
+def test_each_model_is_evaluated_at_its_own_phase_the_same_in_every_arrangement() -> None:
+    phases = {(seed, m): _phase(seed, m, 15.0) for seed in range(1, 9) for m in ("a", "b")}
+    assert all(p in (0.0, 5.0, 10.0) for p in phases.values())
+    assert phases == {(seed, m): _phase(seed, m, 15.0) for seed, m in phases}
+    assert any(phases[seed, "a"] != phases[seed, "b"] for seed in range(1, 9))
+    assert len({phases[seed, "a"] for seed in range(1, 9)}) > 1
 
 
 def test_weighted_attainment_and_the_verdict() -> None:
