@@ -12,6 +12,7 @@ CRDs' schemas. Every check reads what was written to the cluster.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,6 +25,7 @@ import yaml
 from builders import observation_from_samples
 from edge import status_schema
 from slascaler.kube.api import Json
+from slascaler.kube.errors import NotFound
 from slascaler.model.observation import Observation
 from slascaler.model.samples import TTFTBreakdown
 from slascaler.owned_pods import OwnedPods
@@ -326,6 +328,26 @@ def test_without_the_gpupool_crd_or_outside_the_watched_namespaces_nothing_is_po
     pool.cluster.gpu_pools = None  # the CRD is not installed (an upgrade without it)
     pool.cycle()
     assert "pool" not in pool.status("chat") and pool.fleets["chat"].desired > 2
+
+
+def test_a_pool_deleted_while_it_is_arbitrated_is_no_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pool = two_models()
+    pool.source.observations.update(chat=busy(2), batch=idle())
+    gone = NotFound('gpupools.slascaler.io "a100" not found')
+
+    def deleted() -> None:
+        raise gone
+
+    pool.cluster.fail("patch_gpu_pool_status", deleted)
+    errors: list[str] = []
+    pool.coordinator.on_error = errors.append
+    with caplog.at_level(logging.INFO):
+        pool.cycle()
+    assert errors == [] and not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("deleted meanwhile" in r.getMessage() for r in caplog.records)
+    assert "pool" in pool.status("chat"), "the members' grants still come from the arbitration"
 
 
 def test_a_new_member_is_arbitrated_at_once_then_held_if_still_unseen() -> None:

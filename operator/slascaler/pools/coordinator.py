@@ -268,6 +268,8 @@ class PoolCoordinator:
     def _write(self, raw: Json, status: Mapping[str, Any], name: str) -> None:
         try:
             self.api.patch_gpu_pool_status(name, status)
+        except NotFound:  # deleted since it was listed: its members are unpooled next refresh
+            log.info("GPUPool %s: deleted meanwhile; status not written", name)
         except KubeError as error:
             log.error("GPUPool %s: status not written: %s", name, error)
             self.on_error("status")
