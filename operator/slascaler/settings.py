@@ -86,6 +86,11 @@ class LabelRequirement:
         return value is None or value not in self.values  # !=, notin
 
 
+def selector_matches(selector: tuple[LabelRequirement, ...], labels: Mapping[str, str]) -> bool:
+    """Whether an object's labels meet every requirement (an empty selector: everything)."""
+    return all(r.matches(labels.get(r.key)) for r in selector)
+
+
 _SET_REQUIREMENT = re.compile(r"^\s*(\S+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
 
 

@@ -49,7 +49,7 @@ from slascaler.metrics.prometheus import PrometheusSettings, PrometheusSource
 from slascaler.metrics.source import MetricSource
 from slascaler.pools import PoolCoordinator
 from slascaler.reconcile import Reconciler
-from slascaler.settings import LabelRequirement, Settings
+from slascaler.settings import LabelRequirement, Settings, selector_matches
 from slascaler.spec import SLASpec, SpecError, parse_spec
 from slascaler.telemetry import Telemetry
 
@@ -231,6 +231,7 @@ def run(settings: Settings) -> None:
             dry_run=settings.dry_run,
             namespaces=settings.watch_namespaces,
             on_error=lambda where: telemetry.errors.labels(where).inc(),
+            in_shard=lambda labels: selector_matches(settings.selector, labels),
         )
     reconciler = Reconciler(
         clients, source, telemetry, clock=time.time, dry_run=settings.dry_run, pools=pools

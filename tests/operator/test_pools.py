@@ -350,6 +350,42 @@ def test_a_pool_deleted_while_it_is_arbitrated_is_no_error(
     assert "pool" in pool.status("chat"), "the members' grants still come from the arbitration"
 
 
+def in_shard(name: str) -> Any:
+    return lambda labels: labels.get("shard") == name
+
+
+def test_a_release_sharded_by_label_arbitrates_only_the_pools_of_its_shard() -> None:
+    pool = two_models()
+    pool.source.observations.update(chat=busy(2), batch=idle())
+    for name in ("chat", "batch"):
+        pool.cluster.inference_slas[("team", name)]["metadata"]["labels"]["shard"] = "a"
+    pool.coordinator.in_shard = in_shard("b")
+    pool.coordinator.refresh()
+    assert pool.pool() == {}, "no member in shard b: shard a's release writes this status"
+    assert pool.coordinator.arbitrations == {}
+
+    pool.coordinator.in_shard = in_shard("a")
+    pool.cycle()
+    assert {m["name"] for m in pool.pool()["members"]} == {"chat", "batch"}
+    assert pool.pool_condition("Ready")["reason"] == "Arbitrated"
+
+
+def test_a_pool_whose_members_are_split_across_shards_holds_them_and_says_so() -> None:
+    pool = two_models()
+    pool.source.observations.update(chat=busy(2), batch=idle())
+    pool.cluster.inference_slas[("team", "chat")]["metadata"]["labels"]["shard"] = "a"
+    pool.cluster.inference_slas[("team", "batch")]["metadata"]["labels"]["shard"] = "b"
+    pool.coordinator.in_shard = in_shard("a")
+    for _ in range(4):
+        pool.cycle()
+    ready = pool.pool_condition("Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "SplitAcrossShards")
+    assert "team/batch" in ready["message"] and "SLASCALER_SELECTOR" in ready["message"]
+    assert [m["name"] for m in pool.pool()["members"]] == ["chat"]
+    assert pool.fleets["chat"].desired == 2, "held at its count: each shard would grant it all"
+    assert "held at its count" in pool.status("chat")["pool"]["message"]
+
+
 def test_a_new_member_is_arbitrated_at_once_then_held_if_still_unseen() -> None:
     pool = Pool({"gpus": 8})
     pool.model("chat", 2, replicas={"min": 1, "max": 6})

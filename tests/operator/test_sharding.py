@@ -1,12 +1,12 @@
 """Sharding by label: `SLASCALER_SELECTOR` in kubectl's syntax, refused with the reason when
 it cannot be read, and turned into Kopf's label filter with Kubernetes' meaning (`!=` and
-`notin` match objects without the label)."""
+`notin` match objects without the label); the pool coordinator's shard test means the same."""
 
 from __future__ import annotations
 
 import pytest
 
-from slascaler.settings import Settings, SettingsError, parse_selector
+from slascaler.settings import Settings, SettingsError, parse_selector, selector_matches
 from slascaler.wiring import label_filter
 
 URL = {"SLASCALER_PROMETHEUS_URL": "http://prometheus:9090"}
@@ -43,6 +43,7 @@ def test_selectors_mean_what_kubectl_means(
     selector: str, labels: dict[str, str], expected: bool
 ) -> None:
     assert admits(selector, labels) is expected
+    assert selector_matches(parse_selector(selector), labels) is expected, "the pools' shard test"
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,10 @@ interval, and by the simulator's control loop once per cycle):
 4. keeps every member's grant for `grant_for`, which the `Reconciler` asks before deciding;
    the policy applies it as a step (`policy.steps.budget`).
 
+A release sharded by `SLASCALER_SELECTOR` arbitrates only the pools with members in its
+shard; a pool whose members are split across shards would be granted whole by each, so its
+members here are held at their counts and its Ready condition says which are elsewhere.
+
 What it cannot read, it holds: a pool whose spec or limit cannot be read, or that it cannot
 arbitrate, holds its members where they are (no growth, no preemption) and says so in its
 Ready condition; a member without a recent bid is held at its count; an InferenceSLA that
@@ -68,6 +72,8 @@ class PoolCoordinator:
     dry_run: bool = False
     namespaces: tuple[str, ...] = ()  # watched namespaces; empty: every namespace
     on_error: Callable[[str], None] = lambda where: None  # counts an API failure
+    # Whether an InferenceSLA's labels put it in this release's shard (SLASCALER_SELECTOR).
+    in_shard: Callable[[Mapping[str, str]], bool] = lambda labels: True
     _grants: dict[str, PoolGrant] = field(default_factory=dict)
     _pools: list[PoolSpec] = field(default_factory=list)
     _last: float | None = None
@@ -104,8 +110,10 @@ class PoolCoordinator:
         return pool.selects(meta["namespace"], meta.get("labels") or {})
 
     def _selected(self, sla: Mapping[str, Any]) -> bool:
-        watched = not self.namespaces or sla["metadata"]["namespace"] in self.namespaces
-        return watched and any(self._selects(p, sla) for p in self._pools)
+        meta = sla["metadata"]
+        watched = not self.namespaces or meta["namespace"] in self.namespaces
+        ours = watched and self.in_shard(meta.get("labels") or {})
+        return ours and any(self._selects(p, sla) for p in self._pools)
 
     # -- the cycle ----------------------------------------------------------------------
 
@@ -163,7 +171,11 @@ class PoolCoordinator:
                 self._write(raw, {"conditions": conditions}, str(raw["metadata"]["name"]))
                 continue
             members = [s for s in slas if self._selects(pool, s)]
-            grants.update(self._arbitrate(raw, pool, members, membership, now))
+            ours = [s for s in members if self.in_shard(s["metadata"].get("labels") or {})]
+            if members and not ours:
+                continue  # another shard's pool: its release arbitrates it
+            others = [member_key(s) for s in members if s not in ours]
+            grants.update(self._arbitrate(raw, pool, ours, membership, now, others))
         self._grants = grants
 
     def _list_slas(self) -> list[Json] | None:
@@ -188,6 +200,7 @@ class PoolCoordinator:
         slas: Sequence[Json],
         membership: Mapping[str, list[str]],
         now: float,
+        other_shards: Sequence[str] = (),
     ) -> dict[str, PoolGrant]:
         previous = previous_shares(raw.get("status"))
         members: list[Member] = []
@@ -207,16 +220,18 @@ class PoolCoordinator:
             views.append(view)
             if len(pools) > 1:
                 shared.append(f"{key} (also in {', '.join(p for p in pools if p != pool.name)})")
+        if other_shards:
+            why = (
+                f"members {', '.join(other_shards)} are outside this release's shard "
+                "(SLASCALER_SELECTOR): each shard would grant the whole limit to its own; keep "
+                "a GPUPool's members in one shard"
+            )
+            return self._hold(raw, pool, members, views, "SplitAcrossShards", why, "not read", now)
         try:
             limit, source = read_limit(self.api, pool, self.on_error)
         except LimitUnavailable as error:
-            outcome = held_at_current(pool.name, members, str(error))
-            conditions = [Condition("Ready", Status.FALSE, "LimitUnavailable", str(error))]
-            self._write(
-                raw, self._status(raw, outcome, views, "unavailable", conditions, now), pool.name
-            )
-            self.arbitrations[pool.name] = outcome
-            return dict(outcome.grants)
+            reason, why = "LimitUnavailable", str(error)
+            return self._hold(raw, pool, members, views, reason, why, "unavailable", now)
         outcome = arbitrate(pool.name, limit, members, {k: p.granted for k, p in previous.items()})
         grants = dict(outcome.grants)
         for member in members:
@@ -235,6 +250,24 @@ class PoolCoordinator:
         self._post_moves(pool, outcome, slas, now)
         self.arbitrations[pool.name] = outcome
         return grants
+
+    def _hold(
+        self,
+        raw: Json,
+        pool: PoolSpec,
+        members: Sequence[Member],
+        views: Sequence[MemberView],
+        reason: str,
+        why: str,
+        source: str,
+        now: float,
+    ) -> dict[str, PoolGrant]:
+        """Nothing to arbitrate by: every member held where it is, and Ready says why."""
+        outcome = held_at_current(pool.name, members, why)
+        conditions = [Condition("Ready", Status.FALSE, reason, why)]
+        self._write(raw, self._status(raw, outcome, views, source, conditions, now), pool.name)
+        self.arbitrations[pool.name] = outcome
+        return dict(outcome.grants)
 
     # -- status and events -------------------------------------------------------------
 
