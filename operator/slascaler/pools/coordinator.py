@@ -170,11 +170,15 @@ class PoolCoordinator:
                 conditions = self._conditions(raw, [invalid], now)
                 self._write(raw, {"conditions": conditions}, str(raw["metadata"]["name"]))
                 continue
-            members = [s for s in slas if self._selects(pool, s)]
-            ours = [s for s in members if self.in_shard(s["metadata"].get("labels") or {})]
-            if members and not ours:
+            ours: list[Json] = []
+            others: list[str] = []  # members in other shards
+            for sla in (s for s in slas if self._selects(pool, s)):
+                if self.in_shard(sla["metadata"].get("labels") or {}):
+                    ours.append(sla)
+                else:
+                    others.append(member_key(sla))
+            if others and not ours:
                 continue  # another shard's pool: its release arbitrates it
-            others = [member_key(s) for s in members if s not in ours]
             grants.update(self._arbitrate(raw, pool, ours, membership, now, others))
         self._grants = grants
 
