@@ -124,13 +124,22 @@ def team_b(prometheus: PrometheusServer) -> Iterator[ServedFleet]:
     served.close()
 
 
+def settled_instant() -> float:
+    """An instant whose samples are all in, for two reads that must see the same data: a
+    scrape's samples carry its start time but land when it ends (up to its timeout, 1 s in
+    this suite, later), so at `now` a scrape still running can add one between the reads (a
+    CI run saw the median TTFT move 0.36794 → 0.36807 s between the source's read and
+    Prometheus's). Five scrape intervals back."""
+    return time.time() - 5.0
+
+
 def wait_for_window(
     source: PrometheusSource, namespace: str, spec: SLASpec, requests: float, what: str
 ) -> Observation:
     """Poll the source until a window has every input and at least `requests` requests."""
 
     def enough() -> Observation | None:
-        observation = source.observe(namespace, spec, time.time())
+        observation = source.observe(namespace, spec, settled_instant())
         ok = (
             not observation.missing_inputs(need_itl=True)
             and observation.ttft is not None
@@ -147,7 +156,7 @@ def test_quantiles_equal_prometheus_histogram_quantile(
 ) -> None:
     spec = sla()
     wait_for_window(source, "team-a", spec, requests=20, what="a window of requests in Prometheus")
-    at = time.time()
+    at = settled_instant()
     observation = source.observe("team-a", spec, at)
     selector = PodSelector("team-a", "llama")
     for metric, histogram in (
@@ -336,7 +345,7 @@ def test_a_batch_gives_each_target_what_its_own_queries_give(
         wait_for_window(source, "team-a", sla("llama-chat"), requests=5, what="llama-chat's")
         targets = [SLATarget("team-a", sla()), SLATarget("team-b", sla()),
                    SLATarget("team-a", sla("llama-chat")), SLATarget("team-c", sla())]  # fmt: skip
-        at = time.time()
+        at = settled_instant()
         snapshot = source.fetch(targets, at, time.monotonic() + 10)
         assert snapshot.queries == 7, "one query per histogram family, the gauges, the counters"
         batch = [snapshot.observe(t, time.monotonic() + 10) for t in targets]
@@ -431,7 +440,7 @@ def test_each_engine_release_is_read_through_a_real_prometheus(
         generated = {"tgi": "tgi_request_generated_tokens_sum",
                      "vllm": "vllm:generation_tokens_total",
                      "sglang": "sglang:generation_tokens_total"}[ENGINE[release]]  # fmt: skip
-        at = time.time()  # one instant for the source's queries and Prometheus's own
+        at = settled_instant()  # one instant for the source's and Prometheus's own
         again = source.observe_target(SLATarget(namespace, spec), at)
         served = prometheus.query(
             f'sum(increase({generated}{{namespace="{namespace}"}}[{WINDOW_S}s]))', at=at
