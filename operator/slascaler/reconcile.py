@@ -29,7 +29,8 @@
    Event when the Conflict condition turns True or changes reason, `status.conflict_event`);
    the status keeps the bid the pool's coordinator arbitrates with next (`status.bid`) and
    the grant applied (`status.pool`). The metric source reads the pods Kubernetes says the
-   Deployment has (`view.pods`).
+   Deployment has (`view.pods`). A status write that finds the InferenceSLA deleted since
+   it was read ends the evaluation there: no action, no Event, an info line.
 
 Called by the Kopf wiring and by the simulator's control loop (the same object, over the
 in-memory cluster); the clock is passed in.
@@ -40,6 +41,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Protocol
 
 from slascaler.acting import Acted, act
@@ -84,6 +86,14 @@ NOT_EVALUATED = (
     "SLAMet", "MetricsAvailable", "CapacityLimited", "Conflict", "EngineFlags",
     "ObjectiveResolvable",
 )  # fmt: skip
+
+
+class Written(Enum):
+    """How a status write ended: written, refused, or the InferenceSLA is gone."""
+
+    YES = "yes"
+    NO = "no"
+    GONE = "gone"
 
 
 @dataclass(frozen=True)
@@ -192,12 +202,19 @@ class Reconciler:
         conditions["ObjectiveResolvable"] = objective_resolvable(spec, observation)
         reason_code, reason = decision.reason_code, decision.reason
         outcome = Acted(last_action=last_action)
+        announced: list[Written] = []
+
+        def announce(patch: Mapping[str, Any]) -> bool:
+            announced.append(self._write_status(namespace, name, patch))
+            return announced[-1] is Written.YES
+
         if decision.acts and auto:
             outcome = act(
-                self.api, self.telemetry,
-                lambda patch: self._write_status(namespace, name, patch),
+                self.api, self.telemetry, announce,
                 sla, spec, view, decision, now, last_action, written_at,
             )  # fmt: skip
+            if announced and announced[-1] is Written.GONE:  # nothing to act for, nor tell
+                return Evaluation(decision)
             if outcome.acted:
                 memory_out = decision.memory_if_applied
                 for change in outcome.acted:
@@ -247,7 +264,8 @@ class Reconciler:
         if event is not None and outcome.acted:
             key = PendingAction.of(decision, stamp).key
             self._event(sla, *event, now, name=action_event_name(name, key))
-        self._write_status(namespace, name, status)
+        if self._write_status(namespace, name, status) is Written.GONE:
+            return Evaluation(decision, outcome.acted)
         conflict = conflict_event(previous.get("conditions"), decision)
         if conflict is not None:
             self._event(sla, *conflict, now)
@@ -280,7 +298,8 @@ class Reconciler:
                 previous.get("conditions"), conditions, stamp, meta.get("generation", 0)
             ),
         }
-        self._write_status(meta["namespace"], meta["name"], status)
+        if self._write_status(meta["namespace"], meta["name"], status) is Written.GONE:
+            return Evaluation(None, (), status)
         was = next(
             (
                 c.get("reason")
@@ -294,17 +313,17 @@ class Reconciler:
         log.warning("%s/%s: %s: %s", meta["namespace"], meta["name"], reason, message)
         return Evaluation(None, (), status)
 
-    def _write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
+    def _write_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> Written:
         try:
             patch_status(self.api, namespace, name, status)
         except NotFound:  # deleted since it was read: nothing left to tell
             log.info("%s/%s: deleted meanwhile; status not written", namespace, name)
-            return False
+            return Written.GONE
         except KubeError as error:
             self.telemetry.errors.labels("status").inc()
             log.error("%s/%s: status not written: %s", namespace, name, error)
-            return False
-        return True
+            return Written.NO
+        return Written.YES
 
     def _event(
         self,

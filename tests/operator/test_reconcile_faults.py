@@ -61,6 +61,21 @@ def test_an_sla_deleted_while_it_is_evaluated_writes_nothing_and_is_no_error(
     assert edge.telemetry.errors.labels("status")._value.get() == 0
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert any("deleted meanwhile" in r.getMessage() for r in caplog.records)
+    assert edge.events() == [], "no ActionFailed Event for an InferenceSLA that is gone"
+    assert "recommendation" not in edge.status, "the evaluation stops at the write-ahead"
+
+
+def test_an_sla_deleted_before_a_failed_evaluation_gets_no_warning_event(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    edge = Edge(BOUNDED, replicas=20)
+    edge.cluster.fail("get_deployment", raises(KubeError(500, "etcd is down")))
+    gone = NotFound(f'inferenceslas.slascaler.io "{SLA_NAME}" not found')
+    edge.cluster.fail("patch_inference_sla_status", raises(gone))
+    with caplog.at_level(logging.INFO):
+        evaluation = edge.reconcile()
+    assert evaluation.decision is None and edge.events() == []
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_a_failed_re_read_before_acting_holds_until_the_next_window() -> None:
