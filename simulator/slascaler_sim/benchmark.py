@@ -101,6 +101,7 @@ ABLATIONS: dict[str, str] = {
     "slascaler − burst memory": "use_burst_memory",
     "slascaler − warm credit": "use_warm_credit",
     "slascaler − surge": "use_surge_for_rollouts",
+    "slascaler − regime sizing": "use_regime_sizing",
 }
 
 

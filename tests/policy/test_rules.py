@@ -327,6 +327,22 @@ def test_prefill_bound_raises_chunk_size_with_a_surge_and_never_for_the_load() -
     assert plain.replicas == 4
 
 
+def test_an_oversized_prefill_bound_fleet_is_sized_for_its_contention_and_shrinks() -> None:
+    """Replicas cannot fix a prefill-bound TTFT, but they are still sized for the queueing
+    part (contention adding at most 10% to the idle TTFT): 8 replicas carrying 3.3 req/s
+    shrink. Without the mechanism (the benchmark's ablation) the rule keeps the count, and
+    a fleet that grew in an opening backlog never comes back."""
+    samples = [TTFTBreakdown(4.0, 10.0, 560.0 + (i % 40), 20.0) for i in range(400)]
+    prompts = [6000.0 + 10 * (i % 100) for i in range(400)]
+    observation = window(samples, pods=8, prompt_tokens=prompts, running=16.0)
+    state = PolicyState(fleet(replicas=8), learned(floor_ms=560.0))
+    decision = decide(spec(), observation, state, NOW)
+    assert decision.regime is Regime.PREFILL_BOUND
+    assert decision.reason_code is Reason.SCALE_DOWN and decision.replicas < 8
+    kept = decide(spec(), observation, state, NOW, Tunables(use_regime_sizing=False))
+    assert kept.regime is Regime.PREFILL_BOUND and kept.replicas == 8
+
+
 def test_prefill_bound_at_max_chunk_reports_infeasible() -> None:
     sla = spec(knobs=KNOBS, objectives=ITL)
     decision = decide(sla, long_prompts(), PolicyState(fleet(chunk_size=8192), settled()), NOW)

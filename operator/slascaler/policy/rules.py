@@ -148,7 +148,12 @@ def idle(ctx: Context) -> Proposal:
 
 def prefill_bound(ctx: Context) -> Proposal:
     sized = healthy(ctx)
-    if sized.wanted is None or (ctx.sizing is None or ctx.sizing.replicas is None):
+    if (
+        sized.wanted is None
+        or ctx.sizing is None
+        or ctx.sizing.replicas is None
+        or not ctx.tunables.use_regime_sizing
+    ):
         # No model to size with: replicas cannot help a prefill-bound TTFT, keep the count.
         sized = Proposal(ctx.replicas, why="replicas cannot help a prefill-bound TTFT")
     elif sized.replicas > ctx.replicas:
@@ -285,7 +290,8 @@ def decode_bound(ctx: Context) -> Proposal:
         if not ctx.ttft_headroom()
         else "ITL over its objective and no knob left to lower"
     )
-    if sized.wanted is not None and sized.wanted > ctx.replicas:
+    regime_sized = ctx.tunables.use_regime_sizing
+    if regime_sized and sized.wanted is not None and sized.wanted > ctx.replicas:
         return Proposal(sized.replicas, Reason.SCALE_UP, why=f"{why}: {sized.why}",
                         wanted=sized.wanted)  # fmt: skip
     wanted = ctx.replicas + 1

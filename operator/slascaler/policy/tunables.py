@@ -117,3 +117,7 @@ class Tunables:
     use_burst_memory: bool = True  # size for the recent peaks, not only the present
     use_warm_credit: bool = True  # a second scale-up while pods start, if the first fell short
     use_surge_for_rollouts: bool = True  # add pods for a knob rollout instead of losing some
+    # PrefillBound and DecodeBound size the fleet for the queueing part too, so an oversized
+    # fleet shrinks whatever the regime (else PrefillBound keeps the count, DecodeBound adds
+    # one replica when no knob is left).
+    use_regime_sizing: bool = True
