@@ -434,7 +434,9 @@ def test_unrelated_writes_do_not_starve_a_needed_scale(
         writer.join(timeout=5)
     during = [t for t in writes if t <= landed]
     rate = (len(during) - 1) / (during[-1] - during[0])
-    assert rate > 8, f"the writer wrote {rate:.1f}/s meanwhile"
+    # The premise: writes kept coming (aimed at 15/s; each is a round trip, slower on a
+    # loaded machine), so the operator's conditional patch raced them.
+    assert rate > 5, f"the writer wrote {rate:.1f}/s meanwhile"
     sla = SLAWatch(kube, namespace, "llama-sla")
     # The status is written right after the scale, in the same evaluation.
     poll(
@@ -573,7 +575,8 @@ def test_a_frozen_api_server_costs_evaluations_not_the_operator(
         )
     finally:
         os.kill(apiserver.pid, signal.SIGCONT)
-    before = sla.status()["lastEvaluated"]
+    # The first requests to the resumed server may still fail: read through a poll.
+    before = poll(lambda: sla.status().get("lastEvaluated"), timeout=20, what="a status read")
     poll(
         lambda: (
             sla.status().get("lastEvaluated") != before

@@ -396,3 +396,17 @@ def test_a_new_member_is_arbitrated_at_once_then_held_if_still_unseen() -> None:
     grant = pool.coordinator.grant_for(late)  # created since the last arbitration
     assert grant is not None and grant.granted == 2
     assert len([c for c in pool.cluster.calls if c[0] == "list_gpu_pools"]) == refreshes + 1
+
+
+def test_a_new_member_whose_pool_is_deleted_before_its_arbitration_is_not_pooled() -> None:
+    """The forced refresh for a member it has not seen finds its GPUPool gone: the member
+    decides as one outside any pool (the evaluation used to end in StopIteration)."""
+    pool = Pool({"gpus": 8})
+    pool.model("chat", 2, replicas={"min": 1, "max": 6})
+    pool.cycle()
+    pool.model("late", 2, priority=5, replicas={"min": 1, "max": 6})
+    late = pool.cluster.get_inference_sla("team", "late")
+    late["status"] = {"replicas": 2}  # evaluated once already, by a release before this one
+    assert pool.cluster.gpu_pools is not None
+    del pool.cluster.gpu_pools["a100"]
+    assert pool.coordinator.grant_for(late) is None

@@ -99,7 +99,9 @@ class PoolCoordinator:
                 return grant
         replicas = (sla.get("status") or {}).get("replicas")
         if isinstance(replicas, int) and not isinstance(replicas, bool):
-            pool = next(p.name for p in self._pools if self._selects(p, sla))
+            pool = next((p.name for p in self._pools if self._selects(p, sla)), None)
+            if pool is None:  # the refresh found its pool deleted: not pooled any more
+                return None
             return PoolGrant(
                 pool, replicas, replicas, replicas, message="not arbitrated yet: held at its count"
             )
