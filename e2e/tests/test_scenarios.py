@@ -261,7 +261,7 @@ def test_2_prefill_bound_raises_chunk_size_and_a_restart_repeats_nothing(
         window="30s", replicas=span(1, 4),
         objectives={"ttft": {"percentile": 95, "thresholdMs": 200}},
         knobs={"chunkSize": {"min": 256, "max": 8192}},
-        behavior={**FAST, "knobCooldown": "90s"},
+        behavior={**FAST, "knobCooldown": "300s"},  # no second change within the test
     ) as (_, history, sla):  # fmt: skip
         with killed_on_change(kube, namespace, "coder", kubelet) as killed:
             poll(killed.is_set, timeout=120, what="the flag written, and the operator killed")
