@@ -46,7 +46,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from slascaler.engine_args import CommandLine, EngineArgsError
 from slascaler.engine_container import EngineContainer, read_setting
@@ -154,16 +154,19 @@ class SimDeployment:
         self.managers[manager] = (now, owned | fields)
 
 
-def _copied(value: Any) -> Any:
+_Json = TypeVar("_Json")
+
+
+def _copied(value: _Json) -> _Json:
     """A deep copy of an API object (dicts, lists, tuples and scalars). `copy.deepcopy` does
     the same with a memo of shared references that API objects never have, and was a tenth
     of a benchmark run's time: every call of the in-memory API copies what it returns."""
     if isinstance(value, dict):
-        return {key: _copied(item) for key, item in value.items()}
+        return cast(_Json, {key: _copied(item) for key, item in value.items()})
     if isinstance(value, list):
-        return [_copied(item) for item in value]
+        return cast(_Json, [_copied(item) for item in value])
     if isinstance(value, tuple):
-        return tuple(_copied(item) for item in value)
+        return cast(_Json, tuple(_copied(item) for item in value))
     return value
 
 
