@@ -138,8 +138,8 @@ class HistogramCounts:
         self.observations += weight
 
     def add(self, other: HistogramCounts) -> None:
-        for i, c in enumerate(other.counts):
-            self.counts[i] += c
+        self.counts = [mine + theirs for mine, theirs in zip(self.counts, other.counts,
+                                                             strict=True)]  # fmt: skip
         self.total += other.total
         self.observations += other.observations
 

@@ -30,7 +30,15 @@ PREFIX_AFFINITY_MAX_EXTRA_OUTSTANDING: Final = 8  # AIBrix's default imbalance b
 
 
 def least_outstanding(ready: Sequence[Replica]) -> Replica:
-    return min(ready, key=lambda r: r.outstanding)
+    """The first of the replicas with the fewest outstanding requests (a loop, not `min` on
+    the property: it runs for every request, over up to `replicas.max` replicas)."""
+    best = ready[0]
+    fewest = len(best.waiting) + len(best.running)
+    for replica in ready:
+        outstanding = len(replica.waiting) + len(replica.running)
+        if outstanding < fewest:
+            best, fewest = replica, outstanding
+    return best
 
 
 def prefix_affinity(
