@@ -292,7 +292,9 @@ class Replica:
                 kv_read += request.kv
                 budget -= 1
             else:
-                tokens = min(request.prefill_target - request.prefilled, budget)
+                tokens = request.prefill_target - request.prefilled
+                if tokens > budget:  # min() as a comparison: the hot path
+                    tokens = budget
                 chunks.append((request, tokens))
                 pairs += prefill_pairs(tokens, request.prefilled)
                 budget -= tokens
@@ -301,7 +303,9 @@ class Replica:
             request = self.waiting[0]
             hit_blocks, reclaimed = self._lookup(request)
             hit = hit_blocks * request.hash_block_tokens
-            tokens = min(request.prefill_target - hit, budget)
+            tokens = request.prefill_target - hit
+            if tokens > budget:
+                tokens = budget
             if tokens + reclaimed > kv_free:
                 break
             self.waiting.popleft()
@@ -327,7 +331,8 @@ class Replica:
             if self.phase is Phase.DRAINING and not self.outstanding:
                 self.phase = Phase.STOPPED
             return
-        prefill_tokens = sum(t for _, t in chunks)
+        # Each decode took one token of the budget, each chunk its tokens.
+        prefill_tokens = self.max_num_batched_tokens - budget - len(decodes)
         repeats = 1
         if not chunks:
             # Decode-only: nothing changes until a request finishes or the KV cache fills.
