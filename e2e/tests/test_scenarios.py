@@ -10,6 +10,9 @@ high-priority one's load rises and it takes GPUs from the low-priority one (Even
 conditions on both, never below the low one's min, never over the pool), and gives them back
 once its load fell and its stabilization window passed.
 
+Scenario 12 reads the operator's log for tracebacks and refusals after all of the above; it
+runs before scenario 9 too (file order), whose uninstall makes the old process log refusals.
+
 Scenario 10 loads the chart's alerts into the e2e Prometheus, fires SlascalerMetricsUnavailable
 and sees SlascalerSLANotMet pending, and runs every query of the chart's dashboard against that
 Prometheus (which scrapes the operator's pod); it runs before scenario 9, which uninstalls.
@@ -574,7 +577,7 @@ def test_10_alerts_fire_and_every_dashboard_query_returns_data(
     assert container.written_outside_tmp() == []
 
 
-def test_11_the_operator_log_stays_clean(release: tuple[HelmRelease, OperatorKubelet]) -> None:
+def test_12_the_operator_log_stays_clean(release: tuple[HelmRelease, OperatorKubelet]) -> None:
     """(Before 9, which uninstalls.) Everything the scenarios above made the operator do
     (with the chart's ServiceAccount: its RBAC is what the process may do) left no traceback
     and no refusal in its log; Kopf reads CRDs (its resource scanning) with the chart's
