@@ -379,7 +379,12 @@ def test_a_pod_scraped_under_two_addresses_counts_once(
         both = f'count(vllm:num_requests_running{{namespace="twice",pod="{pod}"}})'
         poll(lambda: (r := prometheus.query(both)) and r[0]["value"][1] == "2", timeout=60,
              what="the pod scraped under both addresses")  # fmt: skip
-        observation = wait_for_window(source, "twice", sla(), requests=20, what="its series")
+        wait_for_window(source, "twice", sla(), requests=20, what="its series")
+        # The source and the queries below read the same instant: `observed_at` is the newest
+        # sample's time, up to a scrape before the instant the source's queries were evaluated
+        # at, and with ~20 requests in the window that shift alone moved a count by 20% (CI).
+        at = settled_instant()
+        observation = source.observe("twice", sla(), at)
         assert observation.reporting_pods == 1
         assert any(f"pod {pod} is scraped under 2 addresses" in n for n in observation.notes)
         # Counted once: about what either address's series says, never their sum. (The two
@@ -388,7 +393,7 @@ def test_a_pod_scraped_under_two_addresses_counts_once(
         increases = [
             float(prometheus.query(
                 f'sum(increase(vllm:time_to_first_token_seconds_count{{namespace="twice",'
-                f'instance="{host}:{server.port}"}}[{WINDOW_S}s]))', at=observation.observed_at,
+                f'instance="{host}:{server.port}"}}[{WINDOW_S}s]))', at=at,
             )[0]["value"][1])
             for host in ("127.0.0.1", "localhost")
         ]  # fmt: skip
