@@ -10,8 +10,10 @@ high-priority one's load rises and it takes GPUs from the low-priority one (Even
 conditions on both, never below the low one's min, never over the pool), and gives them back
 once its load fell and its stabilization window passed.
 
-Scenario 12 reads the operator's log for tracebacks and refusals after all of the above; it
-runs before scenario 9 too (file order), whose uninstall makes the old process log refusals.
+Scenario 12 reads the operator's log for tracebacks and refusals after all of the above.
+Scenario 9's uninstall takes the operator's RBAC away while the old process still runs, so
+that process then logs refusals: scenario 9 keeps a copy of the log as it was before its
+uninstall, and scenario 12 reads that copy when scenario 9 has run first (in any order).
 
 Scenario 10 loads the chart's alerts into the e2e Prometheus, fires SlascalerMetricsUnavailable
 and sees SlascalerSLANotMet pending, and runs every query of the chart's dashboard against that
@@ -27,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import re
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -577,13 +580,18 @@ def test_10_alerts_fire_and_every_dashboard_query_returns_data(
     assert container.written_outside_tmp() == []
 
 
+LOG_BEFORE_UNINSTALL = "operator.before-uninstall.log"
+
+
 def test_12_the_operator_log_stays_clean(release: tuple[HelmRelease, OperatorKubelet]) -> None:
-    """(Before 9, which uninstalls.) Everything the scenarios above made the operator do
-    (with the chart's ServiceAccount: its RBAC is what the process may do) left no traceback
-    and no refusal in its log; Kopf reads CRDs (its resource scanning) with the chart's
-    read-only grant."""
+    """Everything the scenarios made the operator do (with the chart's ServiceAccount: its
+    RBAC is what the process may do) left no traceback and no refusal in its log; Kopf reads
+    CRDs (its resource scanning) with the chart's read-only grant. After scenario 9, the log
+    as it was before 9's uninstall (see the module docstring)."""
     _, kubelet = release
-    text = (kubelet.logs / "operator.log").read_text(encoding="utf-8", errors="replace")
+    kept = kubelet.logs / LOG_BEFORE_UNINSTALL
+    log = kept if kept.exists() else kubelet.logs / "operator.log"
+    text = log.read_text(encoding="utf-8", errors="replace")
     # The log is not vacuous: the operator started and evaluated (one line per evaluation).
     assert "slascaler starting" in text and "slascaler.reconcile" in text
     for bad in ("traceback", "forbidden", "customresourcedefinitions"):
@@ -619,6 +627,7 @@ def test_9_helm_upgrade_is_followed_and_uninstall_leaves_nothing(
     assert "would change replicas 3→2 (dry run (SLASCALER_DRY_RUN))" in event["message"]
     assert kube.apps.read_namespaced_deployment("llama", namespace).spec.replicas == 3
 
+    shutil.copyfile(kubelet.logs / "operator.log", kubelet.logs / LOG_BEFORE_UNINSTALL)
     helm.uninstall()
     kubelet.close()
     selector = f"app.kubernetes.io/instance={helm.name}"
