@@ -102,7 +102,6 @@ ABLATIONS: dict[str, str] = {
     "slascaler − warm credit": "use_warm_credit",
     "slascaler − surge": "use_surge_for_rollouts",
     "slascaler − regime sizing": "use_regime_sizing",
-    "slascaler − replica gain floor": "use_replica_gain_floor",
 }
 
 

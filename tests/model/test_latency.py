@@ -107,25 +107,3 @@ def test_replicas_for_is_the_fewest_that_meet_the_targets() -> None:
     assert replicas_for(0.0, model, 475.0, None, 64) == 1
     # ITL 20 + 30·u ≤ 35 ms → u ≤ 0.5 → 56 000 / 6 000 → 10 replicas.
     assert replicas_for(56000.0, model, 475.0, 35.0, 64) == 10
-
-
-def test_no_replica_is_bought_for_a_gain_below_the_floor_given() -> None:
-    model = fit_latency(points(380.0, 100.0), 12000.0, 1000.0, 900.0, 0.0, 0.0)
-    assert model is not None
-    # A target 1 ms over the idle floor: meeting it takes far more replicas than the load…
-    exact = replicas_for(56000.0, model, 381.0, None, 256)
-    assert exact is not None and exact > 40
-    # …each of them taking under a millisecond off the TTFT. With a 5 ms floor on the gain,
-    # the count stops where one more replica would gain less than that.
-    capped = replicas_for(56000.0, model, 381.0, None, 256, min_gain_ms=5.0)
-    assert capped is not None and capped < exact
-
-    def ttft(replicas: int) -> float:
-        return model.ttft_at(56000.0 / replicas, replicas)
-
-    assert ttft(capped) - ttft(capped + 1) < 5.0
-    assert ttft(capped - 1) - ttft(capped) >= 5.0
-    # A count that meets the target is never raised by the floor on the gain, and the ITL
-    # target still binds: 10 replicas for ITL ≤ 35 ms (see above) whatever the gain.
-    assert replicas_for(56000.0, model, 475.0, None, 64, min_gain_ms=5.0) == 7
-    assert replicas_for(56000.0, model, 381.0, 35.0, 256, min_gain_ms=50.0) == 10

@@ -290,26 +290,15 @@ def replicas_for(
     ttft_target_ms: float,
     itl_target_ms: float | None,
     limit: int,
-    min_gain_ms: float = 0.0,
 ) -> int | None:
-    """The fewest replicas (≤ `limit`) that carry `total_work` tokens/s within the targets,
-    or, sooner, the first count within the ITL target past which one more replica would take
-    less than `min_gain_ms` off the TTFT: near the floor the contention left to remove is
-    too small to buy (a target just above the floor asked for 14–20 replicas where 2 carry
-    the load). None when no count up to the limit does either."""
+    """The fewest replicas (≤ `limit`) that carry `total_work` tokens/s within the targets;
+    None when no count up to the limit does."""
     if total_work <= 0:
         return 1
     lowest = max(1, math.ceil(total_work / (model.capacity * MAX_UTILISATION) - 1e-9))
     for replicas in range(lowest, limit + 1):
-        work = total_work / replicas
-        if model.meets(work, replicas, ttft_target_ms, itl_target_ms):
+        if model.meets(total_work / replicas, replicas, ttft_target_ms, itl_target_ms):
             return replicas
-        if min_gain_ms > 0 and model.meets(work, replicas, math.inf, itl_target_ms):
-            gain = model.ttft_at(work, replicas) - model.ttft_at(
-                total_work / (replicas + 1), replicas + 1
-            )
-            if gain < min_gain_ms:
-                return replicas
     return None
 
 

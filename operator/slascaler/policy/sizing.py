@@ -11,10 +11,7 @@
    where bursts recur, with headroom for how far the forecasts have been off.
 3. Replicas = load / work per replica. When even an idle replica misses the TTFT objective
    (prefill-bound), replicas cannot help: the count is the one at which contention adds at
-   most `PREFILL_BOUND_STRETCH` to the idle TTFT, so an oversized fleet still shrinks. Either
-   way no replica is added that would take less than `min_replica_gain` of the objective off
-   the TTFT: with the floor just under the target, meeting the target exactly would take
-   ever more replicas for gains no window can show.
+   most `PREFILL_BOUND_STRETCH` to the idle TTFT, so an oversized fleet still shrinks.
 
 Without a model (no steady window yet) it gives the load only; the caller then sizes from a
 replica's throughput, or steps proportionally.
@@ -166,11 +163,8 @@ def size(
     if not feasible:
         # Replicas cannot bring TTFT under the objective: keep contention small instead.
         target = model.ttft.floor * (1 + PREFILL_BOUND_STRETCH)
-    min_gain = tunables.min_replica_gain * spec.ttft.threshold_ms
-    if not tunables.use_replica_gain_floor:
-        min_gain = 0.0
-    count = replicas_for(wanted_load, model, target, itl_target, limit, min_gain)
-    without_backlog = replicas_for(predicted * headroom, model, target, itl_target, limit, min_gain)
+    count = replicas_for(wanted_load, model, target, itl_target, limit)
+    without_backlog = replicas_for(predicted * headroom, model, target, itl_target, limit)
     per_replica = wanted_load / count if count else None
     trend = f", rising {rising * 60:.0f} tokens/s per min" if rising > 0 else ""
     backlog = f", backlog {load.backlog:.0f} requests" if load.backlog >= 1 else ""

@@ -33,12 +33,6 @@ class Tunables:
     residual_weight: float = 1.0
     # … but never more than this fraction of the objective (see `sizing.objective_target`).
     max_noise_margin: float = 0.08
-    # A replica that would take less than this fraction of the TTFT objective off the
-    # percentile is not added (`model.latency.replicas_for`): where the fitted floor sits
-    # just under the target, the count that meets it grows without bound (superposed trace:
-    # 49–92 replicas wanted at 22 running; prefill-bound: 14–20 for 0.3 requests/s that 2
-    # carry) for a gain no window's percentile could show.
-    min_replica_gain: float = 0.01
 
     # -- the latency model (`model.latency`) -----------------------------------------
     # Windows remembered at one knob setting, and how fast old ones lose weight.
@@ -127,6 +121,3 @@ class Tunables:
     # fleet shrinks whatever the regime (else PrefillBound keeps the count, DecodeBound adds
     # one replica when no knob is left).
     use_regime_sizing: bool = True
-    # No replica bought for less than `min_replica_gain` of the objective (else: sized to the
-    # target however small the gain).
-    use_replica_gain_floor: bool = True
