@@ -99,6 +99,11 @@ class OperatorKubelet:
         self._thread = threading.Thread(target=self._loop, daemon=True, name="operator-kubelet")
         self.errors: list[str] = []
 
+    @property
+    def log(self) -> Path:
+        """The operator's log, one file for every process the kubelet runs."""
+        return self.logs / "operator.log"
+
     def start(self) -> OperatorKubelet:
         self._thread.start()
         return self
@@ -164,14 +169,14 @@ class OperatorKubelet:
                 api,
                 ServiceAccountFiles(token, api.ca, self.release.namespace),
                 env,
-                self.logs / "operator.log",
+                self.log,
                 user=(uid, gid if gid is not None else uid) if uid is not None else None,
                 read_only_root=bool(security and security.read_only_root_filesystem),
                 hostname=name,
             )  # fmt: skip
         else:
             kubeconfig = self.kube.as_token(token, self.logs / f"{name}.kubeconfig")
-            process = OperatorProcess(kubeconfig.kubeconfig, env, self.logs / "operator.log")
+            process = OperatorProcess(kubeconfig.kubeconfig, env, self.log)
         process.start()
         self.process, self.pod = process, name
         if self.prometheus is not None:

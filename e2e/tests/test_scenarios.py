@@ -590,7 +590,7 @@ def test_12_the_operator_log_stays_clean(release: tuple[HelmRelease, OperatorKub
     as it was before 9's uninstall (see the module docstring)."""
     _, kubelet = release
     kept = kubelet.logs / LOG_BEFORE_UNINSTALL
-    log = kept if kept.exists() else kubelet.logs / "operator.log"
+    log = kept if kept.exists() else kubelet.log
     text = log.read_text(encoding="utf-8", errors="replace")
     # The log is not vacuous: the operator started and evaluated (one line per evaluation).
     assert "slascaler starting" in text and "slascaler.reconcile" in text
@@ -627,7 +627,7 @@ def test_9_helm_upgrade_is_followed_and_uninstall_leaves_nothing(
     assert "would change replicas 3→2 (dry run (SLASCALER_DRY_RUN))" in event["message"]
     assert kube.apps.read_namespaced_deployment("llama", namespace).spec.replicas == 3
 
-    shutil.copyfile(kubelet.logs / "operator.log", kubelet.logs / LOG_BEFORE_UNINSTALL)
+    shutil.copyfile(kubelet.log, kubelet.logs / LOG_BEFORE_UNINSTALL)
     helm.uninstall()
     kubelet.close()
     selector = f"app.kubernetes.io/instance={helm.name}"
