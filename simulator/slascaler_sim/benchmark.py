@@ -102,6 +102,7 @@ ABLATIONS: dict[str, str] = {
     "slascaler − warm credit": "use_warm_credit",
     "slascaler − surge": "use_surge_for_rollouts",
     "slascaler − regime sizing": "use_regime_sizing",
+    "slascaler − collision sizing": "use_collision_sizing",
 }
 
 

@@ -7,7 +7,8 @@
 - scale-down only after the stabilization window, never below a recent recommendation —
   except dropping Pending pods (they serve nothing) for a rollout at GPU capacity;
 - knob changes only after the knob cooldown and never during a rollout;
-- a prefill-bound window adds no replica for its load (only a surge for a knob rollout);
+- a prefill-bound window adds no replica for its load: only a surge for a knob rollout, or
+  the replicas that keep long prompts from sharing a replica's steps (`model.collisions`);
   a conflict changes nothing;
 - every decision's reason code is the reason of its largest change.
 
@@ -274,7 +275,7 @@ def check_invariants(
             and decision.wanted_replicas > bounded_replicas
         ), "stacked scale-up"
     if decision.regime is Regime.PREFILL_BOUND and decision.replicas > bounded_replicas:
-        assert replicas_reason is Reason.SURGE_FOR_ROLLOUT
+        assert_prefill_bound_growth(decision, replicas_reason)
     if decision.replicas < bounded_replicas:
         if replicas_reason is Reason.DROP_PENDING_PODS:
             assert decision.replicas >= spec.replicas.clamp(
@@ -378,6 +379,16 @@ def test_scale_down_only_after_the_stabilization_window(
         assert decision.replicas >= bounded - max(1, bounded // 2)
 
 
+def assert_prefill_bound_growth(decision: Decision, reason: Reason | None) -> None:
+    """A prefill-bound window grows the fleet only by a surge for a knob rollout, or up to
+    the replicas that keep long prompts apart; never for its load."""
+    if reason is Reason.SURGE_FOR_ROLLOUT:
+        return
+    apart = decision.replicas_for_collisions
+    assert reason is Reason.SCALE_UP, "no replica for a prefill-bound load"
+    assert apart is not None and decision.replicas <= apart, "no replica for a prefill-bound load"
+
+
 def _knob_window(kind: str, pods: int, seed: int) -> Observation:
     """A window whose regime asks for a knob change: long prompts, or slow decodes."""
     rng = np.random.default_rng(seed)
@@ -432,7 +443,7 @@ def test_knob_changes_respect_cooldown_and_rollouts(
     grew = decision.replicas > spec.replicas.clamp(fleet.spec_replicas)
     if decision.regime is Regime.PREFILL_BOUND and grew:
         reason = next(c.reason for c in decision.changes if c.knob == "replicas")
-        assert reason is Reason.SURGE_FOR_ROLLOUT, "no replica for a prefill-bound load"
+        assert_prefill_bound_growth(decision, reason)
 
 
 def test_the_strategies_reach_starting_and_pending_pods_with_a_fresh_memory() -> None:
@@ -448,3 +459,55 @@ def test_the_strategies_reach_starting_and_pending_pods_with_a_fresh_memory() ->
     assert fleet.starting_pods > 0 and fleet.unschedulable_pods > 0 and not memory.load_points
     remembered = find(memories(), lambda m: m.gpu_limit is not None and m.gpu_limit_at is not None)
     assert remembered.gpu_limit is not None
+
+
+def _colliding_window(pods: int, collided: int, seed: int) -> Observation:
+    """A minute of few long prompts on `pods` replicas (the prefill-bound scenario's kind):
+    each prefilled alone in 7 ms + 25 µs per token, `collided` of them twice as long."""
+    rng = np.random.default_rng(seed)
+    prompts = list(rng.uniform(6000, 7000, 18))
+    samples = [
+        TTFTBreakdown(2.0, 5.0, (7.0 + 0.025 * p) * (2 if i < collided else 1), 7.0)
+        for i, p in enumerate(prompts)
+    ]
+    return observation_from_samples(
+        samples, window_s=60.0, at=NOW, pods=pods, itl_ms=[7.0] * 200, prompt_tokens=prompts,
+        running=0.1 * pods, tokens_per_request=6600.0,
+    )  # fmt: skip
+
+
+def _prefill_bound_spec(spec: SLASpec) -> SLASpec:
+    return replace(spec, ttft=replace(spec.ttft, threshold_ms=250.0, percentile=95.0), itl=None)
+
+
+@PROPERTY_SETTINGS
+@given(specs(), fleets(), memories(), st.integers(0, 4), st.integers(0, 99))
+def test_invariants_hold_where_long_prompts_collide(
+    spec: SLASpec, fleet: FleetState, memory: PolicyMemory, collided: int, seed: int
+) -> None:
+    spec = _prefill_bound_spec(spec)
+    observation = _colliding_window(max(1, fleet.ready_replicas), collided, seed)
+    check_invariants(spec, observation, fleet, memory)
+
+
+def test_the_strategies_reach_a_scale_up_that_keeps_long_prompts_apart() -> None:
+    """The amended prefill-bound invariant is exercised: some drawn case grows the fleet for
+    colliding prompts (and the invariant checks it stops at the collision count)."""
+
+    def grows_for_collisions(case: tuple[SLASpec, FleetState, PolicyMemory, int]) -> bool:
+        spec, fleet, memory, collided = case
+        fleet, memory = _slascaler_alone(fleet, memory)
+        window = _colliding_window(max(1, fleet.ready_replicas), collided, 0)
+        decision = decide(_prefill_bound_spec(spec), window, PolicyState(fleet, memory), NOW)
+        return (
+            decision.regime is Regime.PREFILL_BOUND
+            and decision.replicas > spec.replicas.clamp(fleet.spec_replicas)
+            and decision.replicas_for_collisions is not None
+        )
+
+    spec, fleet, memory, collided = find(
+        st.tuples(specs(), fleets(), memories(), st.integers(1, 4)), grows_for_collisions
+    )
+    fleet, memory = _slascaler_alone(fleet, memory)
+    check_invariants(_prefill_bound_spec(spec), _colliding_window(
+        max(1, fleet.ready_replicas), collided, 0), fleet, memory)  # fmt: skip

@@ -352,6 +352,53 @@ def test_prefill_bound_at_max_chunk_reports_infeasible() -> None:
     assert met is not None and met.reason == "InfeasibleForPrompts"
 
 
+def colliding_prompts(pods: int = 1, collided: int = 2) -> Observation:
+    """A minute on `pods` replicas of 18 prompts of 6000–7000 tokens, each prefilled alone in
+    7 ms + 25 µs per token (157–182 ms): `collided` of them shared a replica's steps with
+    another and took twice as long, past the 250 ms objective."""
+    prompts = [6000.0 + 1000.0 * i / 17 for i in range(18)]
+    alone = [7.0 + 0.025 * p for p in prompts]
+    prefill = [2 * t if i < collided else t for i, t in enumerate(alone)]
+    samples = [TTFTBreakdown(2.0, 5.0, t, 7.0) for t in prefill]
+    return observation_from_samples(
+        samples, window_s=60.0, at=NOW, pods=pods, itl_ms=[7.0] * 200, prompt_tokens=prompts,
+        running=0.1 * pods, tokens_per_request=6600.0,
+    )  # fmt: skip
+
+
+def test_prefill_bound_by_colliding_prompts_adds_the_replica_that_keeps_them_apart() -> None:
+    """Each prompt's prefill alone meets 250 ms; two that shared the one replica's steps did
+    not, and the p95 of 18 requests is the slowest. At the largest chunk size the rule used
+    to call the SLA infeasible; a second replica makes such a collision rare (the
+    prefill-bound scenario: 9 of 59 windows missed on one replica, none on two)."""
+    sla = spec(knobs=KNOBS, objectives={"ttft": {"percentile": 95, "thresholdMs": 250}},
+               replicas={"min": 1, "max": 8})  # fmt: skip
+    state = PolicyState(fleet(replicas=1, chunk_size=8192), settled())
+    decision = decide(sla, colliding_prompts(), state, NOW)
+    assert decision.regime is Regime.PREFILL_BOUND
+    assert decision.replicas_for_collisions == 2
+    assert decision.reason_code is Reason.SCALE_UP and decision.replicas == 2
+    assert decision.chunk_size == 8192, "the replica is the whole fix: no rollout"
+    assert "share a replica's steps" in decision.reason
+    off = decide(sla, colliding_prompts(), state, NOW, Tunables(use_collision_sizing=False))
+    assert not off.acts and off.reason_code is Reason.PREFILL_INFEASIBLE
+
+
+def test_a_fleet_that_keeps_long_prompts_apart_does_not_shrink_below_it() -> None:
+    """On two replicas the same prompts no longer collide and every window meets the
+    objective; the latency model alone would return to one replica (and to the misses)."""
+    sla = spec(knobs=KNOBS, objectives={"ttft": {"percentile": 95, "thresholdMs": 250}},
+               replicas={"min": 1, "max": 8})  # fmt: skip
+    memory = settled(recommendations=(Recommendation(NOW - 400, 2),))
+    state = PolicyState(fleet(replicas=2, chunk_size=8192), memory)
+    observation = colliding_prompts(pods=2, collided=0)
+    kept = decide(sla, observation, state, NOW)
+    assert kept.regime is Regime.HEALTHY and kept.replicas_for_collisions == 2
+    assert kept.replicas == 2 and kept.wanted_replicas == 2
+    shrunk = decide(sla, observation, state, NOW, Tunables(use_collision_sizing=False))
+    assert shrunk.replicas == 1
+
+
 def test_prefill_bound_without_knob_says_replicas_cannot_help() -> None:
     decision = decide(spec(), long_prompts(), PolicyState(fleet(), settled()), NOW)
     assert not decision.acts

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from slascaler.model.collisions import PromptCollisions, prompt_collisions
 from slascaler.model.latency import ReplicaWorth
 from slascaler.model.observation import Observation
 from slascaler.model.regime import Regime, RegimeAnalysis, analyze_observation
@@ -45,7 +46,7 @@ from slascaler.policy.learning import learn, window_load
 from slascaler.policy.reasons import Reason
 from slascaler.policy.rules import RULES, Context
 from slascaler.policy.sizing import Sizing, size, sustainable_rate
-from slascaler.policy.state import PolicyMemory, PolicyState
+from slascaler.policy.state import FleetState, PolicyMemory, PolicyState
 from slascaler.policy.tunables import Tunables
 from slascaler.spec import SLASpec
 
@@ -119,8 +120,12 @@ def decide(
     if load is not None:
         memory = learn(spec, fleet, memory, observation, analysis, load, now, tunables)
     memory = _with_batch_point(memory, observation, analysis, tunables)
-    sizing = size(spec, memory, load, now, tunables) if load is not None else None
+    collisions = _collisions(
+        spec, fleet, memory, dict(out.knobs), observation, analysis, tunables
+    )
+    sizing = size(spec, memory, load, now, tunables, collisions) if load is not None else None
     if sizing is not None:
+        out.for_collisions = sizing.for_collisions
         memory = replace(memory, forecast=memory.forecast or sizing.forecast)
         out.sustainable = sustainable_rate(sizing, load) if load is not None else None
         if sizing.model is not None:
@@ -142,6 +147,32 @@ def decide(
         out.texts.append(proposal.why)
     apply_steps(out, ctx, proposal, sizing, memory)
     return out.finish()
+
+
+def _collisions(
+    spec: SLASpec,
+    fleet: FleetState,
+    memory: PolicyMemory,
+    knobs: dict[str, int | None],
+    observation: Observation,
+    analysis: RegimeAnalysis,
+    tunables: Tunables,
+) -> PromptCollisions | None:
+    """How often long prompts would share a replica's steps (`model.collisions`)."""
+    chunk = knobs.get("chunkSize") or fleet.chunk_size
+    prefill = analysis.component_means_ms.get("prefill")
+    if not tunables.use_collision_sizing or chunk is None or prefill is None:
+        return None
+    if analysis.regime not in (Regime.HEALTHY, Regime.PREFILL_BOUND):
+        return None  # a queue stretches the prefill the step cost is read from
+    waiting = observation.waiting / max(1, observation.reporting_pods)
+    if not waiting < tunables.steady_waiting_per_pod:
+        return None
+    return prompt_collisions(
+        observation, prefill, analysis.component_means_ms.get("tokenization", 0.0), chunk,
+        spec.ttft.threshold_ms, spec.ttft.quantile, tunables.collision_risk, spec.replicas.max,
+        memory.capacity,
+    )  # fmt: skip
 
 
 def _bounds(out: Draft) -> None:

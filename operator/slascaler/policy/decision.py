@@ -77,6 +77,9 @@ class Decision:
     sustainable_rate: float | None = None  # requests/s one replica serves within the SLA
     held_replicas: int | None = None  # highest recommended over the window (≥ wanted)
     worth: ReplicaWorth | None = None  # predicted TTFT by replica count, for the load
+    # The fewest replicas that keep long prompts from sharing a replica's steps in more than
+    # `Tunables.collision_risk` of windows (`model.collisions`); None: unknown or no help.
+    replicas_for_collisions: int | None = None
 
     def ttft_around(self, replicas: int) -> tuple[float, float, float] | None:
         """Predicted TTFT with one replica fewer, `replicas`, and one more (None: no model)."""

@@ -59,6 +59,7 @@ class Draft:
     replicas_frozen: str | None = None  # why replicas may not be written now (back-off)
     held: int | None = None
     worth: ReplicaWorth | None = None
+    for_collisions: int | None = None  # replicas that keep long prompts apart
 
     def hold(self, limit: steps.Limit) -> None:
         self.holds.append(limit)
@@ -124,6 +125,7 @@ class Draft:
             sustainable_rate=self.sustainable,
             held_replicas=self.held,
             worth=self.worth,
+            replicas_for_collisions=self.for_collisions,
         )
 
 

@@ -87,10 +87,20 @@ class Proposal:
 
 def _sized(ctx: Context) -> tuple[int | None, str]:
     """The count the load calls for; without a model, when requests queue, the load at a
-    cautious utilisation of a replica's throughput, or a proportional step if none is known."""
+    cautious utilisation of a replica's throughput, or a proportional step if none is known
+    (never fewer than the replicas that keep long prompts apart, `model.collisions`)."""
     sizing = ctx.sizing
     if sizing is not None and sizing.replicas is not None:
         return sizing.replicas, sizing.why
+    wanted, why = _sized_without_model(ctx)
+    apart = sizing.for_collisions if sizing is not None else None
+    if wanted is not None and apart is not None and apart > wanted:
+        return apart, f"{why}; {apart} replicas keep long prompts from sharing a replica's steps"
+    return wanted, why
+
+
+def _sized_without_model(ctx: Context) -> tuple[int | None, str]:
+    sizing = ctx.sizing
     pressure = ctx.analysis.ttft_ms / ctx.spec.ttft.threshold_ms
     if ctx.analysis.ttft_over and ctx.analysis.regime is Regime.QUEUE_BOUND:
         capacity = ctx.memory.capacity
@@ -148,6 +158,16 @@ def idle(ctx: Context) -> Proposal:
 
 def prefill_bound(ctx: Context) -> Proposal:
     sized = healthy(ctx)
+    apart = ctx.sizing.for_collisions if ctx.sizing is not None else None
+    if apart is not None and apart > ctx.replicas:
+        # The prompts' own prefill meets the objective: what misses it is long prompts
+        # sharing a replica's steps (`model.collisions`), which more replicas keep apart.
+        # No chunk change: the replicas are the whole fix.
+        return Proposal(
+            apart, Reason.SCALE_UP,
+            why=f"the prompts' own prefill meets the TTFT objective, but long prompts that "
+            f"share a replica's steps stretch each other: {sized.why}", wanted=apart,
+        )  # fmt: skip
     if (
         sized.wanted is None
         or ctx.sizing is None
@@ -177,7 +197,7 @@ def prefill_bound(ctx: Context) -> Proposal:
             sized,
             Reason.PREFILL_INFEASIBLE,
             f"TTFT {p} would be {ctx.analysis.without_queue_ms:.0f} ms even without "
-            f"contention and chunkSize is at its maximum {bounds.max}: the SLA is "
+            f"queueing and chunkSize is at its maximum {bounds.max}: the SLA is "
             "infeasible for these prompts",
         )
     if not ctx.itl_headroom():

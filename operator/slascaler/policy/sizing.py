@@ -12,6 +12,10 @@
 3. Replicas = load / work per replica. When even an idle replica misses the TTFT objective
    (prefill-bound), replicas cannot help: the count is the one at which contention adds at
    most `PREFILL_BOUND_STRETCH` to the idle TTFT, so an oversized fleet still shrinks.
+4. At least the replicas that keep long prompts from sharing a replica's steps in more than
+   `collision_risk` of windows (`model.collisions`, computed by the caller from the window):
+   a collision the latency model does not see at low utilisation, and one more replica
+   removes it.
 
 Without a model (no steady window yet) it gives the load only; the caller then sizes from a
 replica's throughput, or steps proportionally.
@@ -24,6 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from slascaler.model.collisions import PromptCollisions
 from slascaler.model.latency import LatencyModel, fit_latency, replicas_for
 from slascaler.policy.learning import WindowLoad
 from slascaler.policy.state import PolicyMemory
@@ -45,6 +50,9 @@ class Sizing:
     per_replica: float | None  # tokens/s one replica carries within the objectives
     load: float  # tokens/s sized for
     forecast: tuple[float, float] | None  # (for time, tokens/s) to check later
+    # The fewest replicas that keep long prompts from colliding in more windows than the
+    # risk allows (`model.collisions`); None where unknown or where replicas cannot help.
+    for_collisions: int | None = None
 
 
 def _slope(points: list[tuple[float, float]]) -> float:
@@ -130,6 +138,7 @@ def size(
     load: WindowLoad,
     now: float,
     tunables: Tunables,
+    collisions: PromptCollisions | None = None,
 ) -> Sizing:
     model = latency_model(memory, now, tunables) if tunables.use_latency_model else None
     startup = memory.startup_s or tunables.default_startup_s
@@ -147,9 +156,10 @@ def size(
         predicted = max(predicted, recent_peak(memory.load_history, now, tunables, startup))
     wanted_load = predicted * headroom + drain
     forecast = (forecast_at, predicted) if rising > 0 else (now + 60.0, current)
+    for_collisions = collisions.replicas if collisions is not None else None
     if model is None:
         return Sizing(None, None, "no steady window measured yet", True, None, None,
-                      wanted_load, forecast)  # fmt: skip
+                      wanted_load, forecast, for_collisions)  # fmt: skip
     # The floor at this window's mix: the tail prompts' own prefill, which the replicas
     # cannot change, is longer when the requests are (`model.latency`).
     model = model.at_mix(load.tokens_per_request)
@@ -165,13 +175,16 @@ def size(
         target = model.ttft.floor * (1 + PREFILL_BOUND_STRETCH)
     count = replicas_for(wanted_load, model, target, itl_target, limit)
     without_backlog = replicas_for(predicted * headroom, model, target, itl_target, limit)
+    by_model = count
+    if for_collisions is not None and count is not None and without_backlog is not None:
+        count, without_backlog = max(count, for_collisions), max(without_backlog, for_collisions)
     per_replica = wanted_load / count if count else None
     trend = f", rising {rising * 60:.0f} tokens/s per min" if rising > 0 else ""
     backlog = f", backlog {load.backlog:.0f} requests" if load.backlog >= 1 else ""
     why = (
         f"{wanted_load:.0f} tokens/s to carry ({load.arrivals_per_s:.2f} req/s × "
         f"{load.tokens_per_request:.0f} tokens{trend}{backlog}) need "
-        + (f"{count} replicas" if count else f"more than {limit} replicas")
+        + (f"{by_model} replicas" if by_model else f"more than {limit} replicas")
         + " for "
         + (
             f"TTFT p{spec.ttft.percentile:g} ≤ {ttft_target:.0f} ms"
@@ -182,7 +195,16 @@ def size(
         + f" (model: TTFT ≈ {model.ttft.floor:.0f} + {model.ttft.slope:.0f}·z(u)/√replicas, "
         f"u = load / {model.capacity:.0f} tokens/s per replica, {model.ttft.points} windows)"
     )
-    return Sizing(count, without_backlog, why, feasible, model, per_replica, wanted_load, forecast)
+    if collisions is not None and by_model is not None and count is not None and count > by_model:
+        why += (
+            f"; {count} replicas keep long prompts from sharing a replica's steps in more than "
+            f"{tunables.collision_risk:.0%} of windows ({collisions.exposed:.0%} of requests "
+            f"would miss the objective if they did, {collisions.requests:.0f} per window)"
+        )
+    return Sizing(
+        count, without_backlog, why, feasible, model, per_replica, wanted_load, forecast,
+        for_collisions,
+    )  # fmt: skip
 
 
 def sustainable_rate(sizing: Sizing, load: WindowLoad) -> float | None:

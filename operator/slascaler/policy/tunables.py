@@ -63,6 +63,10 @@ class Tunables:
     # refines the count within minutes and the scale-down is paced).
     unmodelled_utilisation: float = 0.6
 
+    # Long prompts that share a replica's steps stretch each other (`model.collisions`):
+    # replicas are kept so that at most this share of windows fails from such collisions.
+    collision_risk: float = 0.05
+
     # -- load: now and coming ----------------------------------------------------------
     # Load history kept for the trend, and the span the trend is fitted over.
     load_history_kept: int = 48
@@ -121,3 +125,5 @@ class Tunables:
     # fleet shrinks whatever the regime (else PrefillBound keeps the count, DecodeBound adds
     # one replica when no knob is left).
     use_regime_sizing: bool = True
+    # Keep enough replicas that long prompts rarely share one's steps (`model.collisions`).
+    use_collision_sizing: bool = True
