@@ -369,8 +369,7 @@ def colliding_prompts(pods: int = 1, collided: int = 2) -> Observation:
 def test_prefill_bound_by_colliding_prompts_adds_the_replica_that_keeps_them_apart() -> None:
     """Each prompt's prefill alone meets 250 ms; two that shared the one replica's steps did
     not, and the p95 of 18 requests is the slowest. At the largest chunk size the rule used
-    to call the SLA infeasible; a second replica makes such a collision rare (the
-    prefill-bound scenario: 9 of 59 windows missed on one replica, none on two)."""
+    to call the SLA infeasible; a second replica makes such a collision rare."""
     sla = spec(knobs=KNOBS, objectives={"ttft": {"percentile": 95, "thresholdMs": 250}},
                replicas={"min": 1, "max": 8})  # fmt: skip
     state = PolicyState(fleet(replicas=1, chunk_size=8192), settled())
@@ -386,7 +385,8 @@ def test_prefill_bound_by_colliding_prompts_adds_the_replica_that_keeps_them_apa
 
 def test_a_fleet_that_keeps_long_prompts_apart_does_not_shrink_below_it() -> None:
     """On two replicas the same prompts no longer collide and every window meets the
-    objective; the latency model alone would return to one replica (and to the misses)."""
+    objective; without the collision count the policy would return to one replica (and to
+    the misses)."""
     sla = spec(knobs=KNOBS, objectives={"ttft": {"percentile": 95, "thresholdMs": 250}},
                replicas={"min": 1, "max": 8})  # fmt: skip
     memory = settled(recommendations=(Recommendation(NOW - 400, 2),))

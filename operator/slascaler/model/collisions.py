@@ -11,8 +11,8 @@ alone misses the objective (`intrinsic`) misses it at any count.
 
 The latency model (`model.latency`) sees none of this: at a utilisation of a few per cent
 its contention term z(u)/√c is near zero, while one collision in a window of 18 requests is
-enough to fail its p95 (measured on the prefill-bound scenario: one replica misses 9 of 59
-windows, two replicas at the same chunk size miss none).
+enough to fail its p95 (the simulator's prefill-bound scenario, seed 3, chunk size 8192: one
+replica misses 9 of 59 windows, two replicas miss none).
 
 A window of n requests meets the percentile q while at most a = n − ⌈q·n⌉ of them exceed
 the objective. The requests over it are counted as a Poisson number with mean
