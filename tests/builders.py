@@ -62,6 +62,24 @@ def observation_from_samples(
     )
 
 
+def long_prompt_minute(
+    prompts: Sequence[float], *, pods: int = 1, collided: int = 0, at: float = 1000.0
+) -> Observation:
+    """A minute of long prompts on `pods` replicas, as in the prefill-bound scenario: each
+    prefilled alone in one step of 7 ms + 25 µs per token (6000 tokens: 157 ms), then a 7 ms
+    first decode; the first `collided` shared a replica's steps with another prompt and took
+    twice as long."""
+    samples = [
+        TTFTBreakdown(2.0, 5.0, (7.0 + 0.025 * p) * (2 if i < collided else 1), 7.0)
+        for i, p in enumerate(prompts)
+    ]
+    return observation_from_samples(
+        samples, window_s=60.0, at=at, pods=pods, itl_ms=[7.0] * 200,
+        prompt_tokens=prompts, running=0.1 * pods,
+        tokens_per_request=sum(prompts) / max(1, len(prompts)),
+    )  # fmt: skip
+
+
 def spec(**overrides: object) -> SLASpec:
     raw: dict[str, object] = {
         "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"},

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builders import observation_from_samples
+from builders import long_prompt_minute
 from slascaler.engines import vllm_token_buckets
 from slascaler.model.collisions import (
     PromptCollisions,
@@ -21,7 +21,6 @@ from slascaler.model.collisions import (
 )
 from slascaler.model.histogram import Histogram
 from slascaler.model.observation import Observation
-from slascaler.model.samples import TTFTBreakdown
 
 CHUNK = 8192
 OBJECTIVE_MS = 250.0
@@ -30,16 +29,9 @@ OBJECTIVE_MS = 250.0
 def long_prompt_window(
     requests: int = 18, prompt_low: float = 6000.0, prompt_high: float = 7000.0
 ) -> Observation:
-    """A minute of the prefill-bound scenario on one replica: few requests, each prefilled
-    alone in one step of 7 ms + 25 µs per token (6000–7000 tokens: 157–182 ms), then a
-    first decode of 7 ms."""
+    """A minute of the prefill-bound scenario on one replica, no collision."""
     step = (prompt_high - prompt_low) / max(1, requests - 1)
-    prompts = [prompt_low + step * i for i in range(requests)]
-    samples = [TTFTBreakdown(2.0, 5.0, 7.0 + 0.025 * p, 7.0) for p in prompts]
-    return observation_from_samples(
-        samples, window_s=60.0, pods=1, itl_ms=[7.0] * 200, prompt_tokens=prompts,
-        running=0.1, tokens_per_request=(prompt_low + prompt_high) / 2,
-    )  # fmt: skip
+    return long_prompt_minute([prompt_low + step * i for i in range(requests)])
 
 
 def collisions(observation: Observation, objective_ms: float = OBJECTIVE_MS) -> PromptCollisions:

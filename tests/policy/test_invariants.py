@@ -24,7 +24,7 @@ import numpy as np
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
-from builders import observation_from_samples
+from builders import long_prompt_minute, observation_from_samples
 from slascaler.engines import VLLM_ITL_BUCKETS_S
 from slascaler.model.histogram import Histogram
 from slascaler.model.latency import LoadPoint
@@ -462,18 +462,8 @@ def test_the_strategies_reach_starting_and_pending_pods_with_a_fresh_memory() ->
 
 
 def _colliding_window(pods: int, collided: int, seed: int) -> Observation:
-    """A minute of few long prompts on `pods` replicas (the prefill-bound scenario's kind):
-    each prefilled alone in 7 ms + 25 µs per token, `collided` of them twice as long."""
-    rng = np.random.default_rng(seed)
-    prompts = list(rng.uniform(6000, 7000, 18))
-    samples = [
-        TTFTBreakdown(2.0, 5.0, (7.0 + 0.025 * p) * (2 if i < collided else 1), 7.0)
-        for i, p in enumerate(prompts)
-    ]
-    return observation_from_samples(
-        samples, window_s=60.0, at=NOW, pods=pods, itl_ms=[7.0] * 200, prompt_tokens=prompts,
-        running=0.1 * pods, tokens_per_request=6600.0,
-    )  # fmt: skip
+    prompts = list(np.random.default_rng(seed).uniform(6000, 7000, 18))
+    return long_prompt_minute(prompts, pods=pods, collided=collided, at=NOW)
 
 
 def _prefill_bound_spec(spec: SLASpec) -> SLASpec:

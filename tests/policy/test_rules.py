@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from builders import observation_from_samples, spec
+from builders import long_prompt_minute, observation_from_samples, spec
 from slascaler.model.histogram import Histogram
 from slascaler.model.latency import LoadPoint, contention
 from slascaler.model.observation import Observation
@@ -353,17 +353,10 @@ def test_prefill_bound_at_max_chunk_reports_infeasible() -> None:
 
 
 def colliding_prompts(pods: int = 1, collided: int = 2) -> Observation:
-    """A minute on `pods` replicas of 18 prompts of 6000–7000 tokens, each prefilled alone in
-    7 ms + 25 µs per token (157–182 ms): `collided` of them shared a replica's steps with
-    another and took twice as long, past the 250 ms objective."""
+    """18 prompts of 6000–7000 tokens in a minute, whose prefill alone meets 250 ms; the
+    first `collided` shared a replica's steps and missed it."""
     prompts = [6000.0 + 1000.0 * i / 17 for i in range(18)]
-    alone = [7.0 + 0.025 * p for p in prompts]
-    prefill = [2 * t if i < collided else t for i, t in enumerate(alone)]
-    samples = [TTFTBreakdown(2.0, 5.0, t, 7.0) for t in prefill]
-    return observation_from_samples(
-        samples, window_s=60.0, at=NOW, pods=pods, itl_ms=[7.0] * 200, prompt_tokens=prompts,
-        running=0.1 * pods, tokens_per_request=6600.0,
-    )  # fmt: skip
+    return long_prompt_minute(prompts, pods=pods, collided=collided, at=NOW)
 
 
 def test_prefill_bound_by_colliding_prompts_adds_the_replica_that_keeps_them_apart() -> None:
