@@ -376,6 +376,21 @@ def test_prefill_bound_by_colliding_prompts_adds_the_replica_that_keeps_them_apa
     assert not off.acts and off.reason_code is Reason.PREFILL_INFEASIBLE
 
 
+def test_a_larger_chunk_comes_before_replicas_for_colliding_prompts() -> None:
+    """Below the largest chunk size the same window raises the chunk: it shortens every
+    prompt's prefill (and so the prompts a collision fails) and costs no GPU."""
+    sla = spec(knobs=KNOBS, objectives={"ttft": {"percentile": 95, "thresholdMs": 250}},
+               replicas={"min": 1, "max": 8})  # fmt: skip
+    state = PolicyState(fleet(replicas=1, chunk_size=2048), settled())
+    decision = decide(sla, colliding_prompts(), state, NOW)
+    assert decision.regime is Regime.PREFILL_BOUND
+    assert decision.replicas_for_collisions == 2
+    assert decision.reason_code is Reason.RAISE_CHUNK_FOR_PREFILL
+    assert [c.reason for c in decision.changes if c.knob == "replicas"] in (
+        [], [Reason.SURGE_FOR_ROLLOUT],
+    ), "no replica for the collisions while a larger chunk is possible"
+
+
 def test_a_fleet_that_keeps_long_prompts_apart_does_not_shrink_below_it() -> None:
     """On two replicas the same prompts no longer collide and every window meets the
     objective; without the collision count the policy would return to one replica (and to

@@ -158,16 +158,6 @@ def idle(ctx: Context) -> Proposal:
 
 def prefill_bound(ctx: Context) -> Proposal:
     sized = healthy(ctx)
-    apart = ctx.sizing.for_collisions if ctx.sizing is not None else None
-    if apart is not None and apart > ctx.replicas:
-        # The prompts' own prefill meets the objective: what misses it is long prompts
-        # sharing a replica's steps (`model.collisions`), which more replicas keep apart.
-        # No chunk change: the replicas are the whole fix.
-        return Proposal(
-            apart, Reason.SCALE_UP,
-            why=f"the prompts' own prefill meets the TTFT objective, but long prompts that "
-            f"share a replica's steps stretch each other: {sized.why}", wanted=apart,
-        )  # fmt: skip
     if (
         sized.wanted is None
         or ctx.sizing is None
@@ -185,15 +175,16 @@ def prefill_bound(ctx: Context) -> Proposal:
     bounds = spec.chunk_size
     p = f"p{spec.ttft.percentile:g}"
     if bounds is None:
-        return _with_hold(sized, Reason.PREFILL_BOUND_NO_KNOB,
-                          "replicas cannot help a prefill-bound TTFT; declare "
-                          "spec.knobs.chunkSize to let slascaler raise the chunked-prefill "
-                          "budget")  # fmt: skip
+        return _apart_or_hold(ctx, sized, Reason.PREFILL_BOUND_NO_KNOB,
+                              "replicas cannot help a prefill-bound TTFT; declare "
+                              "spec.knobs.chunkSize to let slascaler raise the chunked-prefill "
+                              "budget")  # fmt: skip
     if chunk is None:
-        return _with_hold(sized, Reason.PREFILL_BOUND_UNKNOWN_CHUNK,
-                          "the engine's chunk size flag could not be read")  # fmt: skip
+        return _apart_or_hold(ctx, sized, Reason.PREFILL_BOUND_UNKNOWN_CHUNK,
+                              "the engine's chunk size flag could not be read")  # fmt: skip
     if chunk >= bounds.max:
-        return _with_hold(
+        return _apart_or_hold(
+            ctx,
             sized,
             Reason.PREFILL_INFEASIBLE,
             f"TTFT {p} would be {ctx.analysis.without_queue_ms:.0f} ms even without "
@@ -201,14 +192,30 @@ def prefill_bound(ctx: Context) -> Proposal:
             "infeasible for these prompts",
         )
     if not ctx.itl_headroom():
-        return _with_hold(sized, Reason.HOLD_NO_ITL_HEADROOM,
-                          f"raising chunkSize would lengthen ITL, already "
-                          f"{ctx.analysis.itl_ms:.0f} ms")  # fmt: skip
+        return _apart_or_hold(ctx, sized, Reason.HOLD_NO_ITL_HEADROOM,
+                              f"raising chunkSize would lengthen ITL, already "
+                              f"{ctx.analysis.itl_ms:.0f} ms")  # fmt: skip
     target, how = _chunk_target(ctx, chunk, bounds)
     return Proposal(
         sized.replicas, sized.replicas_reason,
         {"chunkSize": (target, Reason.RAISE_CHUNK_FOR_PREFILL)},
         why=f"chunkSize {chunk}→{target}: {how}; replicas: {sized.why}", wanted=sized.wanted,
+    )  # fmt: skip
+
+
+def _apart_or_hold(ctx: Context, sized: Proposal, reason: Reason, text: str) -> Proposal:
+    """Where no larger chunk can shorten the prompts' prefill: the replicas that keep long
+    prompts from sharing a replica's steps (`model.collisions`), when those are what misses
+    the objective; otherwise the hold. A larger chunk comes first where one is possible: it
+    shortens every prefill, and with it the prompts a collision fails, and costs no GPU."""
+    apart = ctx.sizing.for_collisions if ctx.sizing is not None else None
+    if apart is None or apart <= ctx.replicas:
+        return _with_hold(sized, reason, text)
+    return Proposal(
+        apart, Reason.SCALE_UP,
+        why=f"the prompts' own prefill meets the TTFT objective, but long prompts that share "
+        f"a replica's steps stretch each other: {ctx.sizing.why if ctx.sizing else ''}",
+        wanted=apart,
     )  # fmt: skip
 
 
