@@ -22,6 +22,7 @@ from slascaler.policy.state import (
     resolve_max_unavailable,
 )
 from slascaler.scenarios import source_scenario
+from slascaler.spec import SLASpec
 
 NOW = 10_000.0
 KNOBS = {"maxBatchSize": {"min": 16, "max": 256}, "chunkSize": {"min": 512, "max": 8192}}
@@ -352,6 +353,12 @@ def test_prefill_bound_at_max_chunk_reports_infeasible() -> None:
     assert met is not None and met.reason == "InfeasibleForPrompts"
 
 
+def prefill_bound_sla() -> SLASpec:
+    """The prefill-bound scenario's SLA: TTFT p95 ≤ 250 ms, 1–8 replicas, both knobs."""
+    return spec(knobs=KNOBS, objectives={"ttft": {"percentile": 95, "thresholdMs": 250}},
+                replicas={"min": 1, "max": 8})  # fmt: skip
+
+
 def colliding_prompts(pods: int = 1, collided: int = 2) -> Observation:
     """18 prompts of 6000–7000 tokens in a minute, whose prefill alone meets 250 ms; the
     first `collided` shared a replica's steps and missed it."""
@@ -363,8 +370,7 @@ def test_prefill_bound_by_colliding_prompts_adds_the_replica_that_keeps_them_apa
     """Each prompt's prefill alone meets 250 ms; two that shared the one replica's steps did
     not, and the p95 of 18 requests is the slowest. At the largest chunk size the rule used
     to call the SLA infeasible; a second replica makes such a collision rare."""
-    sla = spec(knobs=KNOBS, objectives={"ttft": {"percentile": 95, "thresholdMs": 250}},
-               replicas={"min": 1, "max": 8})  # fmt: skip
+    sla = prefill_bound_sla()
     state = PolicyState(fleet(replicas=1, chunk_size=8192), settled())
     decision = decide(sla, colliding_prompts(), state, NOW)
     assert decision.regime is Regime.PREFILL_BOUND
@@ -379,8 +385,7 @@ def test_prefill_bound_by_colliding_prompts_adds_the_replica_that_keeps_them_apa
 def test_a_larger_chunk_comes_before_replicas_for_colliding_prompts() -> None:
     """Below the largest chunk size the same window raises the chunk: it shortens every
     prompt's prefill (and so the prompts a collision fails) and costs no GPU."""
-    sla = spec(knobs=KNOBS, objectives={"ttft": {"percentile": 95, "thresholdMs": 250}},
-               replicas={"min": 1, "max": 8})  # fmt: skip
+    sla = prefill_bound_sla()
     state = PolicyState(fleet(replicas=1, chunk_size=2048), settled())
     decision = decide(sla, colliding_prompts(), state, NOW)
     assert decision.regime is Regime.PREFILL_BOUND
@@ -395,8 +400,7 @@ def test_a_fleet_that_keeps_long_prompts_apart_does_not_shrink_below_it() -> Non
     """On two replicas the same prompts no longer collide and every window meets the
     objective; without the collision count the policy would return to one replica (and to
     the misses)."""
-    sla = spec(knobs=KNOBS, objectives={"ttft": {"percentile": 95, "thresholdMs": 250}},
-               replicas={"min": 1, "max": 8})  # fmt: skip
+    sla = prefill_bound_sla()
     memory = settled(recommendations=(Recommendation(NOW - 400, 2),))
     state = PolicyState(fleet(replicas=2, chunk_size=8192), memory)
     observation = colliding_prompts(pods=2, collided=0)

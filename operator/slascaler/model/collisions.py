@@ -111,11 +111,14 @@ def _share_longer(prompts: Histogram, tokens: float) -> float:
     low, high, mass = lows[j], bounds[j], float(masses[j])
     if mass <= 0:
         return above / total
-    others = [(lows[i] + bounds[i]) / 2 for i in range(len(bounds)) if i != j and masses[i] > 0]
-    if not all(math.isfinite(m) for m in others):
+    others = [
+        (float(masses[i]), (lows[i] + bounds[i]) / 2)
+        for i in range(len(bounds))
+        if i != j and masses[i] > 0
+    ]
+    if not all(math.isfinite(middle) for _, middle in others):
         return float(1.0 - prompts.cdf(np.asarray([tokens], dtype=np.float64))[0])
-    rest = sum(float(masses[i]) * (lows[i] + bounds[i]) / 2
-               for i in range(len(bounds)) if i != j and masses[i] > 0)  # fmt: skip
+    rest = sum(count * middle for count, middle in others)
     mean = min(max((prompts.sum - rest) / mass, low), high)
     if math.isinf(high) or mean <= (low + high) / 2:
         start, end = low, 2 * mean - low

@@ -31,6 +31,7 @@ Pure: no I/O and no clock (`now` is an argument). Called by the operator's recon
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import replace
 
 from slascaler.model.collisions import PromptCollisions, prompt_collisions
@@ -120,9 +121,7 @@ def decide(
     if load is not None:
         memory = learn(spec, fleet, memory, observation, analysis, load, now, tunables)
     memory = _with_batch_point(memory, observation, analysis, tunables)
-    collisions = _collisions(
-        spec, fleet, memory, dict(out.knobs), observation, analysis, tunables
-    )
+    collisions = _collisions(spec, fleet, memory, out.knobs, observation, analysis, tunables)
     sizing = size(spec, memory, load, now, tunables, collisions) if load is not None else None
     if sizing is not None:
         out.for_collisions = sizing.for_collisions
@@ -153,7 +152,7 @@ def _collisions(
     spec: SLASpec,
     fleet: FleetState,
     memory: PolicyMemory,
-    knobs: dict[str, int | None],
+    knobs: Mapping[str, int | None],
     observation: Observation,
     analysis: RegimeAnalysis,
     tunables: Tunables,
