@@ -307,7 +307,7 @@ def test_analyze_command_reads_a_live_deployment(
     assert main(argv, out) == 0
     text = out.getvalue()
     assert text.startswith(f"TTFT analysis of team-a/llama over the last 30s ({prometheus.url})")
-    assert "Regime: PrefillBound" in text and "replicas will not help" in text
+    assert "Regime: PrefillBound" in text and "--max-num-batched-tokens" in text
     out = io.StringIO()
     assert main([*argv[:4], "nowhere", *argv[5:], "--format", "json"], out) == 3
 

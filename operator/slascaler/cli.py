@@ -36,8 +36,10 @@ EXIT_BAD_INPUT = 2
 ADVICE = {
     Regime.QUEUE_BOUND: "add replicas: requests spend their time waiting for a slot, and more "
     "capacity removes exactly that wait.",
-    Regime.PREFILL_BOUND: "replicas will not help: the prompts themselves take long to prefill; "
-    "raise the chunked-prefill token budget (vLLM --max-num-batched-tokens) or shorten prompts.",
+    Regime.PREFILL_BOUND: "raise the chunked-prefill token budget (vLLM "
+    "--max-num-batched-tokens) or shorten prompts: the prompts themselves take long to prefill. "
+    "More replicas help only where long prompts arrive together and share one replica's "
+    "prefill steps; the operator sizes for that (status.recommendation.replicasForCollisions).",
     Regime.DECODE_BOUND: "lower the max batch size (vLLM --max-num-seqs) or the chunk size so "
     "each decode step is shorter.",
     Regime.HEALTHY: "nothing: TTFT meets the objective.",

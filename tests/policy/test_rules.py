@@ -23,6 +23,7 @@ from slascaler.policy.state import (
 )
 from slascaler.scenarios import source_scenario
 from slascaler.spec import SLASpec
+from slascaler.status import recommendation
 
 NOW = 10_000.0
 KNOBS = {"maxBatchSize": {"min": 16, "max": 256}, "chunkSize": {"min": 512, "max": 8192}}
@@ -378,8 +379,10 @@ def test_prefill_bound_by_colliding_prompts_adds_the_replica_that_keeps_them_apa
     assert decision.reason_code is Reason.SCALE_UP and decision.replicas == 2
     assert decision.chunk_size == 8192, "the replica is the whole fix: no rollout"
     assert "share a replica's steps" in decision.reason
+    assert recommendation(decision)["replicasForCollisions"] == 2, "the status shows the count"
     off = decide(sla, colliding_prompts(), state, NOW, Tunables(use_collision_sizing=False))
     assert not off.acts and off.reason_code is Reason.PREFILL_INFEASIBLE
+    assert "replicasForCollisions" not in recommendation(off)
 
 
 def test_a_larger_chunk_comes_before_replicas_for_colliding_prompts() -> None:

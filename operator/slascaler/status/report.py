@@ -100,6 +100,8 @@ def recommendation(decision: Decision) -> dict[str, Any]:
         out["maxBatchSize"] = decision.max_batch_size
     if decision.chunk_size is not None:
         out["chunkSize"] = decision.chunk_size
+    if decision.replicas_for_collisions is not None:
+        out["replicasForCollisions"] = decision.replicas_for_collisions
     return out
 
 
