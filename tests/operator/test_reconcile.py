@@ -13,13 +13,14 @@ from collections.abc import Callable
 
 import pytest
 
-from builders import observation_from_samples
+from builders import long_prompt_minute, observation_from_samples
 from edge import NAME, NAMESPACE, Edge
 from slascaler.engine_args import CommandLine
 from slascaler.kube.errors import KubeError, Unreachable
 from slascaler.model.observation import Observation
 from slascaler.scenarios import source_scenario
 from slascaler_sim.cluster import Crash
+from slascaler_sim.fleet import EngineSettings
 
 SLA = {
     "objectives": {"ttft": {"percentile": 95, "thresholdMs": 500}},
@@ -254,3 +255,18 @@ def test_an_api_error_reading_the_target_is_a_condition_not_a_crash() -> None:
     assert edge.reconcile().decision is None
     ready = edge.condition("Ready")
     assert ready["reason"] == "KubernetesError" and "pods is forbidden" in ready["message"]
+
+
+def test_the_collision_count_reaches_the_status_through_the_schema() -> None:
+    """Eighteen 6000–7000-token prompts a minute on one replica, two of which shared its steps
+    and missed 250 ms: the count that keeps them apart is in the status the API keeps."""
+    edge = Edge(
+        {"objectives": {"ttft": {"percentile": 95, "thresholdMs": 250}},
+         "replicas": {"min": 1, "max": 8}, "knobs": {"chunkSize": {"min": 256, "max": 8192}}},
+        replicas=1, settings=EngineSettings(64, 8192),
+    )  # fmt: skip
+    prompts = [6000.0 + 1000.0 * i / 17 for i in range(18)]
+    edge.source.observation = long_prompt_minute(prompts, collided=2, at=edge.now)
+    edge.reconcile()
+    assert edge.status["recommendation"]["replicasForCollisions"] == 2
+    assert edge.status["recommendation"]["replicas"] == 2
