@@ -80,6 +80,13 @@ def long_prompt_minute(
     )  # fmt: skip
 
 
+def colliding_prompts(*, pods: int = 1, collided: int = 2, at: float = 1000.0) -> Observation:
+    """18 prompts of 6000–7000 tokens in a minute, whose prefill alone meets 250 ms; the
+    first `collided` shared a replica's steps and missed it."""
+    prompts = [6000.0 + 1000.0 * i / 17 for i in range(18)]
+    return long_prompt_minute(prompts, pods=pods, collided=collided, at=at)
+
+
 def spec(**overrides: object) -> SLASpec:
     raw: dict[str, object] = {
         "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"},

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from builders import long_prompt_minute, observation_from_samples
+from builders import colliding_prompts, observation_from_samples
 from edge import NAME, NAMESPACE, Edge
 from slascaler.engine_args import CommandLine
 from slascaler.kube.errors import KubeError, Unreachable
@@ -265,8 +265,7 @@ def test_the_collision_count_reaches_the_status_through_the_schema() -> None:
          "replicas": {"min": 1, "max": 8}, "knobs": {"chunkSize": {"min": 256, "max": 8192}}},
         replicas=1, settings=EngineSettings(64, 8192),
     )  # fmt: skip
-    prompts = [6000.0 + 1000.0 * i / 17 for i in range(18)]
-    edge.source.observation = long_prompt_minute(prompts, collided=2, at=edge.now)
+    edge.source.observation = colliding_prompts(at=edge.now)
     edge.reconcile()
     assert edge.status["recommendation"]["replicasForCollisions"] == 2
     assert edge.status["recommendation"]["replicas"] == 2

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from builders import long_prompt_minute, observation_from_samples, spec
+from builders import colliding_prompts, observation_from_samples, spec
 from slascaler.model.histogram import Histogram
 from slascaler.model.latency import LoadPoint, contention
 from slascaler.model.observation import Observation
@@ -360,27 +360,20 @@ def prefill_bound_sla() -> SLASpec:
                 replicas={"min": 1, "max": 8})  # fmt: skip
 
 
-def colliding_prompts(pods: int = 1, collided: int = 2) -> Observation:
-    """18 prompts of 6000–7000 tokens in a minute, whose prefill alone meets 250 ms; the
-    first `collided` shared a replica's steps and missed it."""
-    prompts = [6000.0 + 1000.0 * i / 17 for i in range(18)]
-    return long_prompt_minute(prompts, pods=pods, collided=collided, at=NOW)
-
-
 def test_prefill_bound_by_colliding_prompts_adds_the_replica_that_keeps_them_apart() -> None:
     """Each prompt's prefill alone meets 250 ms; two that shared the one replica's steps did
     not, and the p95 of 18 requests is the slowest. At the largest chunk size the rule used
     to call the SLA infeasible; a second replica makes such a collision rare."""
     sla = prefill_bound_sla()
     state = PolicyState(fleet(replicas=1, chunk_size=8192), settled())
-    decision = decide(sla, colliding_prompts(), state, NOW)
+    decision = decide(sla, colliding_prompts(at=NOW), state, NOW)
     assert decision.regime is Regime.PREFILL_BOUND
     assert decision.replicas_for_collisions == 2
     assert decision.reason_code is Reason.SCALE_UP and decision.replicas == 2
     assert decision.chunk_size == 8192, "the replica is the whole fix: no rollout"
     assert "share a replica's steps" in decision.reason
     assert recommendation(decision)["replicasForCollisions"] == 2, "the status shows the count"
-    off = decide(sla, colliding_prompts(), state, NOW, Tunables(use_collision_sizing=False))
+    off = decide(sla, colliding_prompts(at=NOW), state, NOW, Tunables(use_collision_sizing=False))
     assert not off.acts and off.reason_code is Reason.PREFILL_INFEASIBLE
     assert "replicasForCollisions" not in recommendation(off)
 
@@ -390,7 +383,7 @@ def test_a_larger_chunk_comes_before_replicas_for_colliding_prompts() -> None:
     prompt's prefill (and so the prompts a collision fails) and costs no GPU."""
     sla = prefill_bound_sla()
     state = PolicyState(fleet(replicas=1, chunk_size=2048), settled())
-    decision = decide(sla, colliding_prompts(), state, NOW)
+    decision = decide(sla, colliding_prompts(at=NOW), state, NOW)
     assert decision.regime is Regime.PREFILL_BOUND
     assert decision.replicas_for_collisions == 2
     assert decision.reason_code is Reason.RAISE_CHUNK_FOR_PREFILL
@@ -406,7 +399,7 @@ def test_a_fleet_that_keeps_long_prompts_apart_does_not_shrink_below_it() -> Non
     sla = prefill_bound_sla()
     memory = settled(recommendations=(Recommendation(NOW - 400, 2),))
     state = PolicyState(fleet(replicas=2, chunk_size=8192), memory)
-    observation = colliding_prompts(pods=2, collided=0)
+    observation = colliding_prompts(pods=2, collided=0, at=NOW)
     kept = decide(sla, observation, state, NOW)
     assert kept.regime is Regime.HEALTHY and kept.replicas_for_collisions == 2
     assert kept.replicas == 2 and kept.wanted_replicas == 2
