@@ -142,7 +142,7 @@ def classify(
         return (
             Regime.PREFILL_BOUND,
             f"{head}; even without queueing it would be {without_queue_ms:.0f} ms "
-            f"(queue is {queue_share:.0%} of mean TTFT): more replicas cannot fix it",
+            f"(queue is {queue_share:.0%} of mean TTFT): removing the queue alone cannot fix it",
         )
     if itl_objective_ms is not None and math.isfinite(itl_ms) and itl_ms > itl_objective_ms:
         return (
