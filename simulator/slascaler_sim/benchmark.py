@@ -103,6 +103,7 @@ ABLATIONS: dict[str, str] = {
     "slascaler − surge": "use_surge_for_rollouts",
     "slascaler − regime sizing": "use_regime_sizing",
     "slascaler − collision sizing": "use_collision_sizing",
+    "slascaler − model trust": "use_model_trust",
 }
 
 

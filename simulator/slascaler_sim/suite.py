@@ -16,6 +16,7 @@ shape, traces are cut):
 | long context | heavy-tailed prompts up to 96k tokens (128k context), TTFT objective 3 s |
 | traces superposed (3 h) | three hours of the bundled traces mixed in changing proportions |
 | shared prefixes | 4× the conversation rate, 32 shared system prompts, prefix-affinity routing |
+| Mooncake conversation | Kimi's trace: 12k-token prompts, 37% of blocks repeated, TTFT 5 s |
 
 `trace_scenario` makes a scenario of a user's trace with the SLA, profile and limits given
 on the command line. A scenario's `tags` say which targets of the control-quality issue
@@ -42,6 +43,7 @@ from slascaler_sim.workload import (
     diurnal_rate,
     load_trace,
     modulated_poisson,
+    read_trace,
     replay,
     step_rate,
 )
@@ -232,5 +234,15 @@ def default_scenarios(minutes: float | None = None) -> list[Scenario]:
             hour,
             router="prefix-affinity",
             tags=frozenset({"shared-prefix"}),
+        ),
+        # Added after the policy's mechanisms were shaped on the scenarios above: the model
+        # trust region (`Tunables.model_trust`) came from this trace's first minutes.
+        trace_scenario(
+            read_trace("mooncake"),
+            "Mooncake conversation",
+            minutes=hour / 60,
+            profile=PROFILES["llama3.1-8b-h100"],  # prompts past 100k tokens
+            threshold_ms=5000.0,
+            itl_ms=100.0,
         ),
     ]

@@ -2,7 +2,9 @@
 
 The embedded default is the Azure LLM inference traces of November 2023 (conversation and
 code; "Azure LLM inference trace 2023, Microsoft Azure, AzurePublicDataset, CC-BY 4.0";
-released with Patel et al., "Splitwise", ISCA 2024), shipped in `slascaler_sim/data/traces/`.
+released with Patel et al., "Splitwise", ISCA 2024), shipped in `slascaler_sim/data/traces/`,
+beside Mooncake's one-hour conversation trace (Kimi, FAST'25 release; Apache-2.0), whose
+long prompts and block hashes no synthetic load of the Azure lengths has.
 
 A user's trace can be:
 - Azure's CSV (`TIMESTAMP`, `ContextTokens`, `GeneratedTokens`; the 2023 and 2024 releases);
@@ -10,6 +12,7 @@ A user's trace can be:
 - JSONL with `timestamp` in milliseconds, `input_length`, `output_length` and optionally
   `hash_ids` (the prompt's block hashes, as in the Mooncake traces, each covering
   `hash_block_tokens` prompt tokens: 512 there).
+Either may be gzip-compressed (a name ending in `.gz`).
 
 What is read is checked row by row, never silently fixed: a missing, NaN or infinite
 timestamp, or a token count that is not a whole number ≥ 1, is refused naming the file, the
@@ -27,6 +30,7 @@ Read by the demo, the benchmarks and the real-time engines.
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -42,6 +46,7 @@ from slascaler_sim.engine import Request
 BUNDLED = {
     "conversation": "AzureLLMInferenceTrace_conv.csv",
     "code": "AzureLLMInferenceTrace_code.csv",
+    "mooncake": "mooncake_conversation_trace.jsonl.gz",
 }
 MOONCAKE_BLOCK_TOKENS = 512  # prompt tokens per hash id in the Mooncake JSONL traces
 
@@ -183,13 +188,24 @@ def _read_jsonl(reader: _Reader, lines: Sequence[str]) -> None:
 
 
 def read_trace(source: str | Path, hash_block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> Trace:
-    """A bundled trace by name (`conversation`, `code`) or a file (CSV or JSONL), checked."""
+    """A bundled trace by name (`conversation`, `code`, `mooncake`) or a file (CSV or JSONL,
+    either gzip-compressed when its name ends in `.gz`), checked."""
     if isinstance(source, str) and source in BUNDLED:
-        text = resources.files("slascaler_sim.data.traces").joinpath(BUNDLED[source]).read_text()
         name = BUNDLED[source]
+        data = resources.files("slascaler_sim.data.traces").joinpath(name).read_bytes()
     else:
         path = Path(source)
-        text, name = path.read_text(encoding="utf-8"), str(path)
+        data, name = path.read_bytes(), str(path)
+    if name.endswith(".gz"):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as error:
+            raise _Reader(name).fail(1, f"not a readable gzip file ({error})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        why = f"not UTF-8 text ({error.reason} at byte {error.start})"
+        raise _Reader(name).fail(1, why) from None
     lines = text.splitlines()
     reader = _Reader(name)
     if not any(line.strip() for line in lines):

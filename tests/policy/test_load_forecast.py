@@ -7,9 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from builders import observation_from_samples
-from slascaler.policy.learning import window_load
-from slascaler.policy.sizing import objective_target, recent_peak, trend_per_s
+from builders import observation_from_samples, spec
+from slascaler.model.latency import LoadPoint
+from slascaler.policy.learning import WindowLoad, window_load
+from slascaler.policy.sizing import objective_target, recent_peak, size, trend_per_s
+from slascaler.policy.state import PolicyMemory
 from slascaler.policy.tunables import Tunables
 from slascaler.scenarios import source_scenario
 
@@ -121,3 +123,42 @@ def test_the_margin_is_the_models_noise_or_the_floor_not_both() -> None:
     assert target(5.0) == pytest.approx(500.0 * TUNABLES.sizing_margin)  # the floor
     assert target(30.0) == pytest.approx(470.0)  # the noise, not the floor on top
     assert target(400.0) == pytest.approx(500.0 * (1 - TUNABLES.max_noise_margin))  # capped
+
+
+def _lightly_loaded_memory(work_per_replica: float) -> PolicyMemory:
+    """A model fitted on windows of 12 replicas at one light load, with a capacity read
+    high (as lightly loaded windows of long prompts read it)."""
+    points = tuple(
+        LoadPoint(NOW - 15.0 * i, work_per_replica, 2500.0 + 10.0 * i, 10.0, 12)
+        for i in range(8)
+    )
+    return PolicyMemory(load_points=points, capacity=30_000.0, first_seen_at=NOW - 600.0)
+
+
+def _load(tokens_per_s: float) -> WindowLoad:
+    return WindowLoad(pods=12, requests_per_s=3.0, tokens_per_request=tokens_per_s / 3.0,
+                      arrivals_per_s=3.0, backlog=0.0)  # fmt: skip
+
+
+def test_a_scale_in_goes_no_further_than_three_times_the_load_the_model_has_seen() -> None:
+    """12 replicas seen at 3.7k tokens/s each: the model alone calls for 2 replicas of 22k;
+    the trust region stops the scale-in at 4 (≤ 11.1k each), and says why."""
+    sla = spec(objectives={"ttft": {"percentile": 95, "thresholdMs": 5000}})
+    memory, load = _lightly_loaded_memory(3700.0), _load(44_400.0)
+    untrusting = size(sla, memory, load, NOW, replace(TUNABLES, use_model_trust=False),
+                      provisioned=12)  # fmt: skip
+    sized = size(sla, memory, load, NOW, TUNABLES, provisioned=12)
+    assert untrusting.replicas is not None and untrusting.replicas <= 3
+    assert sized.replicas == sized.without_backlog == 4
+    assert "scale-in stops at 4" in sized.why
+
+
+def test_the_trust_region_never_adds_replicas() -> None:
+    """A load far beyond what the model has seen, on a small fleet: the count is the
+    model's, however far it extrapolates; the region only holds a scale-in."""
+    sla = spec(objectives={"ttft": {"percentile": 95, "thresholdMs": 5000}})
+    memory, load = _lightly_loaded_memory(3700.0), _load(44_400.0)
+    without = size(sla, memory, load, NOW, replace(TUNABLES, use_model_trust=False),
+                   provisioned=2)  # fmt: skip
+    assert size(sla, memory, load, NOW, TUNABLES, provisioned=2).replicas == without.replicas
+    assert size(sla, memory, load, NOW, TUNABLES).replicas == without.replicas

@@ -4,6 +4,7 @@ figure that misleads (100% with no window judged, NaN windows, files nobody aske
 
 from __future__ import annotations
 
+import gzip
 import io
 import math
 from pathlib import Path
@@ -165,3 +166,31 @@ def test_the_readme_summary_is_the_reports_ratio_and_target_tables(
     assert main(["bench", "--quick", "--summary", str(readme)], io.StringIO()) == 2
     assert "give --doc too" in capsys.readouterr().err
     assert readme.read_text() == text
+
+
+def test_a_gzip_compressed_trace_reads_as_the_plain_one(tmp_path: Path) -> None:
+    plain = jsonl(tmp_path, row(0), row(1500, 300, 20))
+    packed = tmp_path / "mine.jsonl.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert read_trace(packed).rows == read_trace(plain).rows
+
+
+def test_a_broken_gzip_or_non_utf8_file_is_refused_naming_it(tmp_path: Path) -> None:
+    broken = tmp_path / "mine.jsonl.gz"
+    broken.write_bytes(b"not gzip at all")
+    with pytest.raises(TraceError, match=r"mine\.jsonl\.gz:1: not a readable gzip file"):
+        read_trace(broken)
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes("TIMESTAMP,ContextTokens,GeneratedTokens\n\xe9".encode("latin-1"))
+    with pytest.raises(TraceError, match=r"latin\.csv:1: not UTF-8 text"):
+        read_trace(latin)
+
+
+def test_the_bundled_mooncake_trace_is_kimis_hour_with_its_block_hashes() -> None:
+    """The figures of the traces' README: 12,031 requests over 58.9 minutes, prompts of
+    12,035 tokens on average, one 512-token block hash per started block."""
+    trace = read_trace("mooncake")
+    assert len(trace.rows) == 12_031
+    assert trace.rows[-1].at / 60 == pytest.approx(58.95, abs=0.01)
+    assert sum(r.prompt for r in trace.rows) / len(trace.rows) == pytest.approx(12_035, abs=1)
+    assert all(len(r.block_hashes) == math.ceil(r.prompt / 512) for r in trace.rows)

@@ -122,7 +122,11 @@ def decide(
         memory = learn(spec, fleet, memory, observation, analysis, load, now, tunables)
     memory = _with_batch_point(memory, observation, analysis, tunables)
     collisions = _collisions(spec, fleet, memory, out.knobs, observation, analysis, tunables)
-    sizing = size(spec, memory, load, now, tunables, collisions) if load is not None else None
+    sizing = (
+        size(spec, memory, load, now, tunables, collisions, fleet.provisioned)
+        if load is not None
+        else None
+    )
     if sizing is not None:
         out.for_collisions = sizing.for_collisions
         memory = replace(memory, forecast=memory.forecast or sizing.forecast)

@@ -12,7 +12,11 @@
 3. Replicas = load / work per replica. When even an idle replica misses the TTFT objective
    (prefill-bound), replicas cannot help: the count is the one at which contention adds at
    most `PREFILL_BOUND_STRETCH` to the idle TTFT, so an oversized fleet still shrinks.
-4. At least the replicas that keep long prompts from sharing a replica's steps in more than
+4. A scale-in stops where the load per replica would pass `model_trust` times the highest
+   work per replica of the windows the model was fitted on (never above the replicas
+   provisioned now): beyond, its capacity and slope are an extrapolation, and the next
+   step in waits for a steady window at the new count to confirm them.
+5. At least the replicas that keep long prompts from sharing a replica's steps in more than
    `collision_risk` of windows (`model.collisions`, computed by the caller from the window):
    a collision the latency model does not see at low utilisation, and one more replica
    removes it.
@@ -139,6 +143,7 @@ def size(
     now: float,
     tunables: Tunables,
     collisions: PromptCollisions | None = None,
+    provisioned: int | None = None,
 ) -> Sizing:
     model = latency_model(memory, now, tunables) if tunables.use_latency_model else None
     startup = memory.startup_s or tunables.default_startup_s
@@ -176,6 +181,9 @@ def size(
     count = replicas_for(wanted_load, model, target, itl_target, limit)
     without_backlog = replicas_for(predicted * headroom, model, target, itl_target, limit)
     by_model = count
+    trusted = _trusted_replicas(memory, wanted_load, provisioned, tunables)
+    if trusted is not None and count is not None and without_backlog is not None:
+        count, without_backlog = max(count, trusted), max(without_backlog, trusted)
     if for_collisions is not None and count is not None and without_backlog is not None:
         count, without_backlog = max(count, for_collisions), max(without_backlog, for_collisions)
     per_replica = wanted_load / count if count else None
@@ -195,6 +203,12 @@ def size(
         + f" (model: TTFT ≈ {model.ttft.floor:.0f} + {model.ttft.slope:.0f}·z(u)/√replicas, "
         f"u = load / {model.capacity:.0f} tokens/s per replica, {model.ttft.points} windows)"
     )
+    if trusted is not None and by_model is not None and trusted > by_model:
+        seen = max(p.work for p in memory.load_points)
+        why += (
+            f"; scale-in stops at {trusted}: the model has seen at most {seen:.0f} tokens/s "
+            f"per replica and is trusted to {tunables.model_trust:g}× that"
+        )
     if collisions is not None and by_model is not None and count is not None and count > by_model:
         why += (
             f"; {count} replicas keep long prompts from sharing a replica's steps in more than "
@@ -205,6 +219,20 @@ def size(
         count, without_backlog, why, feasible, model, per_replica, wanted_load, forecast,
         for_collisions,
     )  # fmt: skip
+
+
+def _trusted_replicas(
+    memory: PolicyMemory, load: float, provisioned: int | None, tunables: Tunables
+) -> int | None:
+    """The fewest replicas that keep the load per replica within `model_trust` times the
+    highest the model was fitted on, at most those provisioned now (it holds a scale-in,
+    never adds replicas); None where it does not apply."""
+    if not tunables.use_model_trust or provisioned is None or not memory.load_points:
+        return None
+    seen = max(p.work for p in memory.load_points)
+    if not seen > 0:
+        return None
+    return min(provisioned, max(1, math.ceil(load / (tunables.model_trust * seen) - 1e-9)))
 
 
 def sustainable_rate(sizing: Sizing, load: WindowLoad) -> float | None:
