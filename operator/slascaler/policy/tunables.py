@@ -68,7 +68,8 @@ class Tunables:
     # a window at a higher load to confirm it. Fitted on lightly loaded windows, the
     # capacity and the slope are extrapolations (the Mooncake conversation trace, long
     # prompts: 12 replicas at 3.7k tokens/s each read a capacity of 30k; the 3 replicas the
-    # model then called for saturated at 17-21k). 3× never binds in the other scenarios.
+    # model then called for saturated at 17-21k). In the benchmark's other scenarios 3×
+    # binds only where long code prompts are (the code and superposed traces).
     model_trust: float = 3.0
 
     # Long prompts that share a replica's steps stretch each other (`model.collisions`):
