@@ -317,7 +317,7 @@ def register(commands: Any) -> None:
     bench.add_argument(
         "--trace",
         help="your own trace: Azure CSV, BurstGPT CSV, or JSONL with timestamp (ms), "
-        "input_length, output_length and optionally hash_ids",
+        "input_length, output_length and optionally hash_ids; gzip-compressed if it ends in .gz",
     )
     bench.add_argument("--copies", type=_count, default=1,
                        help="with --trace: superpose this many rotated copies (1)")  # fmt: skip
