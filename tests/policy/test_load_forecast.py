@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from builders import observation_from_samples, spec
 from slascaler.model.latency import LoadPoint
@@ -129,8 +131,7 @@ def _lightly_loaded_memory(work_per_replica: float) -> PolicyMemory:
     """A model fitted on windows of 12 replicas at one light load, with a capacity read
     high (as lightly loaded windows of long prompts read it)."""
     points = tuple(
-        LoadPoint(NOW - 15.0 * i, work_per_replica, 2500.0 + 10.0 * i, 10.0, 12)
-        for i in range(8)
+        LoadPoint(NOW - 15.0 * i, work_per_replica, 2500.0 + 10.0 * i, 10.0, 12) for i in range(8)
     )
     return PolicyMemory(load_points=points, capacity=30_000.0, first_seen_at=NOW - 600.0)
 
@@ -162,3 +163,31 @@ def test_the_trust_region_never_adds_replicas() -> None:
                    provisioned=2)  # fmt: skip
     assert size(sla, memory, load, NOW, TUNABLES, provisioned=2).replicas == without.replicas
     assert size(sla, memory, load, NOW, TUNABLES).replicas == without.replicas
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(100.0, 20_000.0), min_size=1, max_size=12),
+    st.floats(5_000.0, 60_000.0),
+    st.floats(0.0, 400_000.0),
+    st.integers(1, 64),
+)
+def test_the_trust_region_only_ever_holds_a_scale_in(
+    works: list[float], capacity: float, load: float, provisioned: int
+) -> None:
+    """Whatever the windows seen, the capacity and the load: with the trust region the count
+    is the model's, or higher but never above the replicas provisioned."""
+    sla = spec(objectives={"ttft": {"percentile": 95, "thresholdMs": 5000}})
+    points = tuple(
+        LoadPoint(NOW - 15.0 * i, w, 2500.0 + 5.0 * i, 10.0, 4) for i, w in enumerate(works)
+    )
+    memory = PolicyMemory(load_points=points, capacity=capacity, first_seen_at=NOW - 600.0)
+    window = _load(load)
+    free = size(sla, memory, window, NOW, replace(TUNABLES, use_model_trust=False),
+                provisioned=provisioned)  # fmt: skip
+    held = size(sla, memory, window, NOW, TUNABLES, provisioned=provisioned)
+    if free.replicas is None:
+        assert held.replicas is None
+        return
+    assert held.replicas is not None
+    assert free.replicas <= held.replicas <= max(free.replicas, provisioned)
