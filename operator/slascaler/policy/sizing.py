@@ -181,7 +181,8 @@ def size(
     count = replicas_for(wanted_load, model, target, itl_target, limit)
     without_backlog = replicas_for(predicted * headroom, model, target, itl_target, limit)
     by_model = count
-    trusted = _trusted_replicas(memory, wanted_load, provisioned, tunables)
+    seen = max((p.work for p in memory.load_points), default=0.0)
+    trusted = _trusted_replicas(seen, wanted_load, provisioned, tunables)
     if trusted is not None and count is not None and without_backlog is not None:
         count, without_backlog = max(count, trusted), max(without_backlog, trusted)
     if for_collisions is not None and count is not None and without_backlog is not None:
@@ -204,7 +205,6 @@ def size(
         f"u = load / {model.capacity:.0f} tokens/s per replica, {model.ttft.points} windows)"
     )
     if trusted is not None and by_model is not None and trusted > by_model:
-        seen = max(p.work for p in memory.load_points)
         why += (
             f"; scale-in stops at {trusted}: the model has seen at most {seen:.0f} tokens/s "
             f"per replica and is trusted to {tunables.model_trust:g}× that"
@@ -222,15 +222,12 @@ def size(
 
 
 def _trusted_replicas(
-    memory: PolicyMemory, load: float, provisioned: int | None, tunables: Tunables
+    seen: float, load: float, provisioned: int | None, tunables: Tunables
 ) -> int | None:
-    """The fewest replicas that keep the load per replica within `model_trust` times the
-    highest the model was fitted on, at most those provisioned now (it holds a scale-in,
-    never adds replicas); None where it does not apply."""
-    if not tunables.use_model_trust or provisioned is None or not memory.load_points:
-        return None
-    seen = max(p.work for p in memory.load_points)
-    if not seen > 0:
+    """The fewest replicas that keep the load per replica within `model_trust` times
+    `seen`, the highest the model was fitted on, at most those provisioned now (it holds a
+    scale-in, never adds replicas); None where it does not apply."""
+    if not tunables.use_model_trust or provisioned is None or not seen > 0:
         return None
     return min(provisioned, max(1, math.ceil(load / (tunables.model_trust * seen) - 1e-9)))
 
