@@ -200,11 +200,12 @@ def read_trace(source: str | Path, hash_block_tokens: int = MOONCAKE_BLOCK_TOKEN
         try:
             data = gzip.decompress(data)
         except (OSError, EOFError) as error:
-            raise _Reader(name).fail(1, f"not a readable gzip file ({error})") from None
+            why = f"not a readable gzip file ({error}); recompress it, or drop the .gz suffix"
+            raise _Reader(name).fail(1, why) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        why = f"not UTF-8 text ({error.reason} at byte {error.start})"
+        why = f"not UTF-8 text ({error.reason} at byte {error.start}); save it as UTF-8"
         raise _Reader(name).fail(1, why) from None
     lines = text.splitlines()
     reader = _Reader(name)

@@ -178,11 +178,12 @@ def test_a_gzip_compressed_trace_reads_as_the_plain_one(tmp_path: Path) -> None:
 def test_a_broken_gzip_or_non_utf8_file_is_refused_naming_it(tmp_path: Path) -> None:
     broken = tmp_path / "mine.jsonl.gz"
     broken.write_bytes(b"not gzip at all")
-    with pytest.raises(TraceError, match=r"mine\.jsonl\.gz:1: not a readable gzip file"):
+    gzip_fix = r"mine\.jsonl\.gz:1: not a readable gzip file .*; recompress it, or drop the \.gz"
+    with pytest.raises(TraceError, match=gzip_fix):
         read_trace(broken)
     latin = tmp_path / "latin.csv"
     latin.write_bytes("TIMESTAMP,ContextTokens,GeneratedTokens\n\xe9".encode("latin-1"))
-    with pytest.raises(TraceError, match=r"latin\.csv:1: not UTF-8 text"):
+    with pytest.raises(TraceError, match=r"latin\.csv:1: not UTF-8 text .*; save it as UTF-8"):
         read_trace(latin)
 
 
