@@ -26,6 +26,30 @@ REGIME_COLOURS = {
 }
 
 
+# Bar colours (matplotlib's "tab20"), taken in order; past 20 policies the cycle repeats
+# with another hatch. slascaler's ablation rows are hatched too, so they read as one family.
+BAR_COLOURS = (
+    "#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896",
+    "#9467bd", "#c5b0d5", "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#7f7f7f", "#c7c7c7",
+    "#bcbd22", "#dbdb8d", "#17becf", "#9edae5",
+)  # fmt: skip
+CYCLE_HATCHES = ("", "..", "xx", "oo")
+ABLATION_PREFIX = "slascaler −"
+
+
+def bar_styles(policies: Sequence[str]) -> list[tuple[str, str]]:
+    """A (colour, hatch) per policy, no two alike: colours in order, another hatch once they
+    have all been used; an ablation row ("slascaler − …") adds "//" to its hatch."""
+    styles = []
+    for index, policy in enumerate(policies):
+        colour = BAR_COLOURS[index % len(BAR_COLOURS)]
+        hatch = CYCLE_HATCHES[(index // len(BAR_COLOURS)) % len(CYCLE_HATCHES)]
+        if policy.startswith(ABLATION_PREFIX):
+            hatch += "//"
+        styles.append((colour, hatch))
+    return styles
+
+
 def _pyplot() -> Any:
     import matplotlib
 
@@ -80,9 +104,9 @@ def plot_bench(rows: Sequence[Row], path: Path) -> None:
     plt = _pyplot()
     scenarios = list(dict.fromkeys(row.scenario for row in rows))
     policies = list(dict.fromkeys(row.policy for row in rows))
-    figure, axes = plt.subplots(2, 1, figsize=(14, 7), sharex=True)
+    figure, axes = plt.subplots(2, 1, figsize=(17, 8), sharex=True)
     width = 0.8 / max(1, len(policies))
-    for index, policy in enumerate(policies):
+    for index, (policy, (colour, hatch)) in enumerate(zip(policies, bar_styles(policies))):
         hours, attainment = [], []
         for scenario in scenarios:
             chosen = [r.outcome for r in rows if r.scenario == scenario and r.policy == policy]
@@ -90,11 +114,13 @@ def plot_bench(rows: Sequence[Row], path: Path) -> None:
             hours.append(chosen[0].gpu_hours if chosen else math.nan)
             attainment.append(100 * share if share is not None else math.nan)
         xs = [i + index * width for i in range(len(scenarios))]
-        axes[0].bar(xs, hours, width, label=policy)
-        axes[1].bar(xs, attainment, width, label=policy)
+        style = {"color": colour, "hatch": hatch, "edgecolor": "white", "linewidth": 0}
+        axes[0].bar(xs, hours, width, label=policy, **style)
+        axes[1].bar(xs, attainment, width, label=policy, **style)
     axes[0].set_ylabel("GPU-hours")
     axes[0].set_yscale("log")
-    axes[0].legend(ncol=min(5, len(policies)), fontsize=8)
+    # Beside the axes, not on them: with every ablation there are too many policies to fit.
+    axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     axes[1].set_ylabel("SLA attainment (% of 1-min windows)")
     axes[1].set_ylim(0, 105)
     axes[1].set_xticks([i + 0.4 - width / 2 for i in range(len(scenarios))])

@@ -1,0 +1,37 @@
+"""The benchmark plot tells every policy apart, however many the run compares."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slascaler_sim.benchmark import ABLATIONS, BASELINES, ORACLE, SLASCALER, Outcome, rows
+from slascaler_sim.plots import bar_styles, plot_bench
+
+
+def test_every_policy_of_the_full_benchmark_gets_its_own_bar_style() -> None:
+    policies = list(dict.fromkeys([SLASCALER, *BASELINES, ORACLE, *ABLATIONS]))
+    styles = bar_styles(policies)
+    assert len(policies) > 10  # more than matplotlib's default cycle of 10 colours
+    assert len(set(styles)) == len(policies), list(zip(policies, styles))
+
+
+def test_styles_stay_distinct_past_the_palette_and_ablations_are_hatched() -> None:
+    policies = [f"policy {i}" for i in range(30)] + [f"slascaler − part {i}" for i in range(30)]
+    styles = bar_styles(policies)
+    assert len(set(styles)) == len(policies)
+    for policy, (_, hatch) in zip(policies, styles):
+        assert ("//" in hatch) == policy.startswith("slascaler −"), (policy, hatch)
+
+
+def test_plot_bench_writes_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    outcomes = [
+        Outcome("step", 1, policy, 500.0, ((0.0, 100.0), (60.0, 900.0)), 1.0 + i,
+                (0.0, 0.0, 0.0), 10.0, 0, 0, 0, 0.0, 120.0, (), 0.0)  # fmt: skip
+        for i, policy in enumerate([SLASCALER, ORACLE, "slascaler − trend"])
+    ]
+    path = tmp_path / "bench.png"
+    plot_bench(rows(outcomes), path)
+    assert path.read_bytes().startswith(b"\x89PNG")
