@@ -14,14 +14,14 @@ def test_every_policy_of_the_full_benchmark_gets_its_own_bar_style() -> None:
     policies = list(dict.fromkeys([SLASCALER, *BASELINES, ORACLE, *ABLATIONS]))
     styles = bar_styles(policies)
     assert len(policies) > 10  # more than matplotlib's default cycle of 10 colours
-    assert len(set(styles)) == len(policies), list(zip(policies, styles))
+    assert len(set(styles)) == len(policies), list(zip(policies, styles, strict=True))
 
 
 def test_styles_stay_distinct_past_the_palette_and_ablations_are_hatched() -> None:
     policies = [f"policy {i}" for i in range(30)] + [f"slascaler − part {i}" for i in range(30)]
     styles = bar_styles(policies)
     assert len(set(styles)) == len(policies)
-    for policy, (_, hatch) in zip(policies, styles):
+    for policy, (_, hatch) in zip(policies, styles, strict=True):
         assert ("//" in hatch) == policy.startswith("slascaler −"), (policy, hatch)
 
 
