@@ -106,7 +106,8 @@ def plot_bench(rows: Sequence[Row], path: Path) -> None:
     policies = list(dict.fromkeys(row.policy for row in rows))
     figure, axes = plt.subplots(2, 1, figsize=(17, 8), sharex=True)
     width = 0.8 / max(1, len(policies))
-    for index, (policy, (colour, hatch)) in enumerate(zip(policies, bar_styles(policies), strict=True)):
+    styles = bar_styles(policies)
+    for index, (policy, (colour, hatch)) in enumerate(zip(policies, styles, strict=True)):
         hours, attainment = [], []
         for scenario in scenarios:
             chosen = [r.outcome for r in rows if r.scenario == scenario and r.policy == policy]

@@ -27,10 +27,11 @@ def test_styles_stay_distinct_past_the_palette_and_ablations_are_hatched() -> No
 
 def test_plot_bench_writes_a_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
+    windows = ((0.0, 100.0), (60.0, 900.0))
+    policies = [SLASCALER, ORACLE, "slascaler − trend"]
     outcomes = [
-        Outcome("step", 1, policy, 500.0, ((0.0, 100.0), (60.0, 900.0)), 1.0 + i,
-                (0.0, 0.0, 0.0), 10.0, 0, 0, 0, 0.0, 120.0, (), 0.0)  # fmt: skip
-        for i, policy in enumerate([SLASCALER, ORACLE, "slascaler − trend"])
+        Outcome("step", 1, p, 500.0, windows, 1.0 + i, (0.0,) * 3, 10.0, 0, 0, 0, 0.0, 120.0, (), 0.0)
+        for i, p in enumerate(policies)
     ]
     path = tmp_path / "bench.png"
     plot_bench(rows(outcomes), path)
