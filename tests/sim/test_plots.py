@@ -30,7 +30,7 @@ def test_plot_bench_writes_a_png(tmp_path: Path) -> None:
     windows = ((0.0, 100.0), (60.0, 900.0))
     policies = [SLASCALER, ORACLE, "slascaler − trend"]
     outcomes = [
-        Outcome("step", 1, p, 500.0, windows, 1.0 + i, (0.0,) * 3, 10.0, 0, 0, 0, 0.0, 120.0, (), 0.0)
+        Outcome("step", 1, p, 500.0, windows, 1.0 + i, (0, 0, 0), 10, 0, 0, 0, 0, 120, (), 0)
         for i, p in enumerate(policies)
     ]
     path = tmp_path / "bench.png"
