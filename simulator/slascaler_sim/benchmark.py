@@ -104,6 +104,7 @@ ABLATIONS: dict[str, str] = {
     "slascaler − regime sizing": "use_regime_sizing",
     "slascaler − collision sizing": "use_collision_sizing",
     "slascaler − model trust": "use_model_trust",
+    "slascaler − evidence cap": "use_evidence_cap",
 }
 
 

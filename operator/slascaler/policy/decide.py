@@ -43,10 +43,10 @@ from slascaler.policy.apply_steps import apply_budget, apply_steps
 from slascaler.policy.decision import Decision, Status
 from slascaler.policy.draft import Draft
 from slascaler.policy.knobs import KNOBS
-from slascaler.policy.learning import learn, window_load
+from slascaler.policy.learning import WindowLoad, learn, window_load
 from slascaler.policy.reasons import Reason
 from slascaler.policy.rules import RULES, Context
-from slascaler.policy.sizing import Sizing, size, sustainable_rate
+from slascaler.policy.sizing import Evidence, Sizing, size, sustainable_rate
 from slascaler.policy.state import FleetState, PolicyMemory, PolicyState
 from slascaler.policy.tunables import Tunables
 from slascaler.spec import SLASpec
@@ -122,8 +122,9 @@ def decide(
         memory = learn(spec, fleet, memory, observation, analysis, load, now, tunables)
     memory = _with_batch_point(memory, observation, analysis, tunables)
     collisions = _collisions(spec, fleet, memory, out.knobs, observation, analysis, tunables)
+    evidence = _evidence(fleet, observation, analysis, load, tunables)
     sizing = (
-        size(spec, memory, load, now, tunables, collisions, fleet.provisioned)
+        size(spec, memory, load, now, tunables, collisions, fleet.provisioned, evidence)
         if load is not None
         else None
     )
@@ -150,6 +151,28 @@ def decide(
         out.texts.append(proposal.why)
     apply_steps(out, ctx, proposal, sizing, memory)
     return out.finish()
+
+
+def _evidence(
+    fleet: FleetState,
+    observation: Observation,
+    analysis: RegimeAnalysis,
+    load: WindowLoad | None,
+    tunables: Tunables,
+) -> Evidence | None:
+    """The window as evidence of what the replicas now ready carry: a healthy window over a
+    steady fleet only (every pod ready and serving, no rollout, no backlog)."""
+    if load is None or analysis.regime is not Regime.HEALTHY:
+        return None
+    if fleet.starting_pods or fleet.unschedulable_pods or fleet.rollout_in_progress:
+        return None
+    if load.pods != fleet.ready_replicas:
+        return None
+    # No backlog over the window, and none at its end: a queue forming is not a steady load.
+    waiting = max(observation.waiting, load.backlog) / max(1, observation.reporting_pods)
+    if not waiting < tunables.steady_waiting_per_pod:
+        return None
+    return Evidence(load.pods, load.work, analysis.ttft_ms, analysis.itl_ms)
 
 
 def _collisions(

@@ -16,7 +16,14 @@
    work per replica of the windows the model was fitted on (never above the replicas
    provisioned now): beyond, its capacity and slope are an extrapolation, and the next
    step in waits for a steady window at the new count to confirm them.
-5. At least the replicas that keep long prompts from sharing a replica's steps in more than
+5. A steady window that met both targets bounds how far the model may go past it: at most
+   `evidence_slack` replicas above those that served it, scaled by the load coming
+   (`Evidence`). Where the model's floor sits a few ms under the target, its count
+   explodes (the superposed traces: 49–121 replicas called for while 32 met the target
+   with ITL at a tenth of its objective); a healthy window is direct evidence that the
+   present count suffices, and the slack still lets the model step ahead of a rise. A
+   window that misses a target bounds nothing.
+6. At least the replicas that keep long prompts from sharing a replica's steps in more than
    `collision_risk` of windows (`model.collisions`, computed by the caller from the window):
    a collision the latency model does not see at low utilisation, and one more replica
    removes it.
@@ -40,6 +47,17 @@ from slascaler.policy.tunables import Tunables
 from slascaler.spec import SLASpec
 
 PREFILL_BOUND_STRETCH = 0.1  # prefill-bound: contention may add 10% to the idle TTFT
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A steady window (every pod ready, no rollout, no backlog) and what it measured:
+    `pods` served `work` tokens/s at these percentiles."""
+
+    pods: int
+    work: float
+    ttft_ms: float
+    itl_ms: float  # NaN where the engine reports none
 
 
 @dataclass(frozen=True)
@@ -144,6 +162,7 @@ def size(
     tunables: Tunables,
     collisions: PromptCollisions | None = None,
     provisioned: int | None = None,
+    evidence: Evidence | None = None,
 ) -> Sizing:
     model = latency_model(memory, now, tunables) if tunables.use_latency_model else None
     startup = memory.startup_s or tunables.default_startup_s
@@ -181,6 +200,9 @@ def size(
     count = replicas_for(wanted_load, model, target, itl_target, limit)
     without_backlog = replicas_for(predicted * headroom, model, target, itl_target, limit)
     by_model = count
+    proven = _proven_replicas(evidence, predicted, ttft_target, itl_target, tunables)
+    if proven is not None and count is not None and without_backlog is not None:
+        count, without_backlog = min(count, proven), min(without_backlog, proven)
     seen = max((p.work for p in memory.load_points), default=0.0)
     trusted = _trusted_replicas(seen, wanted_load, provisioned, tunables)
     if trusted is not None and count is not None and without_backlog is not None:
@@ -204,6 +226,11 @@ def size(
         + f" (model: TTFT ≈ {model.ttft.floor:.0f} + {model.ttft.slope:.0f}·z(u)/√replicas, "
         f"u = load / {model.capacity:.0f} tokens/s per replica, {model.ttft.points} windows)"
     )
+    if evidence is not None and proven is not None and by_model is not None and proven < by_model:
+        why += (
+            f"; at most {proven}: {evidence.pods} replicas just met TTFT "
+            f"p{spec.ttft.percentile:g} ≤ {ttft_target:.0f} ms on {evidence.work:.0f} tokens/s"
+        )
     if trusted is not None and by_model is not None and trusted > by_model:
         why += (
             f"; scale-in stops at {trusted}: the model has seen at most {seen:.0f} tokens/s "
@@ -219,6 +246,26 @@ def size(
         count, without_backlog, why, feasible, model, per_replica, wanted_load, forecast,
         for_collisions,
     )  # fmt: skip
+
+
+def _proven_replicas(
+    evidence: Evidence | None,
+    predicted: float,
+    ttft_target: float,
+    itl_target: float | None,
+    tunables: Tunables,
+) -> int | None:
+    """The most replicas a steady window that met both targets leaves the model: those that
+    served it, scaled by the load coming over the load it carried, plus `evidence_slack`;
+    None where the window proves nothing (no evidence, or it missed a target)."""
+    if not tunables.use_evidence_cap or evidence is None or not evidence.work > 0:
+        return None
+    if not evidence.ttft_ms <= ttft_target:
+        return None
+    if itl_target is not None and not evidence.itl_ms <= itl_target:
+        return None
+    scaled = math.ceil(evidence.pods * predicted / evidence.work - 1e-9)
+    return max(evidence.pods, scaled) + tunables.evidence_slack
 
 
 def _trusted_replicas(

@@ -72,6 +72,12 @@ class Tunables:
     # binds only where long code prompts are (the code and superposed traces).
     model_trust: float = 3.0
 
+    # A steady window that met both targets at N replicas caps the latency model's count at
+    # N (scaled by the load coming) plus this many: the model may step ahead of a rise by a
+    # replica per decision, not leap (`sizing._proven_replicas`). 0 would wait for a window
+    # to miss before any step ahead (the diurnal trough lost two windows that way).
+    evidence_slack: int = 1
+
     # Long prompts that share a replica's steps stretch each other (`model.collisions`):
     # replicas are kept so that at most this share of windows fails from such collisions.
     collision_risk: float = 0.05
@@ -138,3 +144,5 @@ class Tunables:
     use_collision_sizing: bool = True
     # Scale in no further than the latency model has seen loads per replica (`model_trust`).
     use_model_trust: bool = True
+    # Go no further past a healthy window's count than `evidence_slack` (`sizing.Evidence`).
+    use_evidence_cap: bool = True
