@@ -105,6 +105,7 @@ ABLATIONS: dict[str, str] = {
     "slascaler − collision sizing": "use_collision_sizing",
     "slascaler − model trust": "use_model_trust",
     "slascaler − evidence cap": "use_evidence_cap",
+    "slascaler − slot sizing": "use_slot_sizing",
 }
 
 

@@ -46,7 +46,7 @@ from slascaler.policy.knobs import KNOBS
 from slascaler.policy.learning import WindowLoad, learn, window_load
 from slascaler.policy.reasons import Reason
 from slascaler.policy.rules import RULES, Context
-from slascaler.policy.sizing import Evidence, Sizing, size, sustainable_rate
+from slascaler.policy.sizing import BatchSlots, Evidence, Sizing, size, sustainable_rate
 from slascaler.policy.state import FleetState, PolicyMemory, PolicyState
 from slascaler.policy.tunables import Tunables
 from slascaler.spec import SLASpec
@@ -124,7 +124,8 @@ def decide(
     collisions = _collisions(spec, fleet, memory, out.knobs, observation, analysis, tunables)
     evidence = _evidence(fleet, observation, analysis, load, tunables)
     sizing = (
-        size(spec, memory, load, now, tunables, collisions, fleet.provisioned, evidence)
+        size(spec, memory, load, now, tunables, collisions, fleet.provisioned, evidence,
+             _slots(observation, out.knobs.get("maxBatchSize")))
         if load is not None
         else None
     )
@@ -151,6 +152,12 @@ def decide(
         out.texts.append(proposal.why)
     apply_steps(out, ctx, proposal, sizing, memory)
     return out.finish()
+
+
+def _slots(observation: Observation, max_batch: int | None) -> BatchSlots | None:
+    if max_batch is None:
+        return None
+    return BatchSlots(observation.running, max_batch)
 
 
 def _evidence(

@@ -23,7 +23,14 @@
    with ITL at a tenth of its objective); a healthy window is direct evidence that the
    present count suffices, and the slack still lets the model step ahead of a rise. A
    window that misses a target bounds nothing.
-6. At least the replicas that keep long prompts from sharing a replica's steps in more than
+6. At least the replicas whose batch slots (max batch size each) hold the requests that
+   run at once, scaled by the load coming, with room for their Poisson scatter
+   (`BatchSlots`): the latency model reads its capacity where the batch limit did not
+   bind, and after a cut of max batch size (or with a small one set by the user) a replica
+   saturates well below it (Azure conversation trace on an A100 with an 80 ms ITL
+   objective: a cut to 16 left the model calling for 3 replicas, each of which then
+   queued).
+7. At least the replicas that keep long prompts from sharing a replica's steps in more than
    `collision_risk` of windows (`model.collisions`, computed by the caller from the window):
    a collision the latency model does not see at low utilisation, and one more replica
    removes it.
@@ -58,6 +65,14 @@ class Evidence:
     work: float
     ttft_ms: float
     itl_ms: float  # NaN where the engine reports none
+
+
+@dataclass(frozen=True)
+class BatchSlots:
+    """The requests running now (all pods) and the engine's max batch size per replica."""
+
+    running: float
+    max_batch: int
 
 
 @dataclass(frozen=True)
@@ -163,6 +178,7 @@ def size(
     collisions: PromptCollisions | None = None,
     provisioned: int | None = None,
     evidence: Evidence | None = None,
+    slots: BatchSlots | None = None,
 ) -> Sizing:
     model = latency_model(memory, now, tunables) if tunables.use_latency_model else None
     startup = memory.startup_s or tunables.default_startup_s
@@ -203,6 +219,9 @@ def size(
     proven = _proven_replicas(evidence, predicted, ttft_target, itl_target, tunables)
     if proven is not None and count is not None and without_backlog is not None:
         count, without_backlog = min(count, proven), min(without_backlog, proven)
+    for_slots = _slot_replicas(slots, load.work, predicted * headroom, tunables)
+    if for_slots is not None and count is not None and without_backlog is not None:
+        count, without_backlog = max(count, for_slots), max(without_backlog, for_slots)
     seen = max((p.work for p in memory.load_points), default=0.0)
     trusted = _trusted_replicas(seen, wanted_load, provisioned, tunables)
     if trusted is not None and count is not None and without_backlog is not None:
@@ -231,6 +250,13 @@ def size(
             f"; at most {proven}: {evidence.pods} replicas just met TTFT "
             f"p{spec.ttft.percentile:g} ≤ {ttft_target:.0f} ms on {evidence.work:.0f} tokens/s"
         )
+    if slots is not None and for_slots is not None and by_model is not None and (
+        for_slots > by_model
+    ):
+        why += (
+            f"; {for_slots} replicas hold in their batch slots ({slots.max_batch} each) the "
+            f"requests that run at once ({slots.running:.0f} now, scaled by the load coming)"
+        )
     if trusted is not None and by_model is not None and trusted > by_model:
         why += (
             f"; scale-in stops at {trusted}: the model has seen at most {seen:.0f} tokens/s "
@@ -246,6 +272,21 @@ def size(
         count, without_backlog, why, feasible, model, per_replica, wanted_load, forecast,
         for_collisions,
     )  # fmt: skip
+
+
+def _slot_replicas(
+    slots: BatchSlots | None, served: float, coming: float, tunables: Tunables
+) -> int | None:
+    """The fewest replicas whose batch slots hold the requests that will run at once: those
+    running now, scaled by the load coming over the load served, plus `slot_scatter`
+    standard deviations of their Poisson scatter (square-root staffing over the slots)."""
+    if not tunables.use_slot_sizing or slots is None or slots.max_batch <= 0:
+        return None
+    if not (math.isfinite(slots.running) and slots.running > 0 and served > 0):
+        return None
+    concurrent = slots.running * coming / served
+    spread = concurrent + tunables.slot_scatter * math.sqrt(concurrent)
+    return max(1, math.ceil(spread / slots.max_batch - 1e-9))
 
 
 def _proven_replicas(

@@ -78,6 +78,10 @@ class Tunables:
     # to miss before any step ahead (the diurnal trough lost two windows that way).
     evidence_slack: int = 1
 
+    # The batch slots (max batch size × replicas) must hold the requests that run at once,
+    # with this many standard deviations of their Poisson scatter (`sizing._slot_replicas`).
+    slot_scatter: float = 2.0
+
     # Long prompts that share a replica's steps stretch each other (`model.collisions`):
     # replicas are kept so that at most this share of windows fails from such collisions.
     collision_risk: float = 0.05
@@ -146,3 +150,5 @@ class Tunables:
     use_model_trust: bool = True
     # Go no further past a healthy window's count than `evidence_slack` (`sizing.Evidence`).
     use_evidence_cap: bool = True
+    # Never fewer replicas than the batch slots the running requests need (`slot_scatter`).
+    use_slot_sizing: bool = True
