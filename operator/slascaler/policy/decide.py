@@ -43,7 +43,7 @@ from slascaler.policy.apply_steps import apply_budget, apply_steps
 from slascaler.policy.decision import Decision, Status
 from slascaler.policy.draft import Draft
 from slascaler.policy.knobs import KNOBS
-from slascaler.policy.learning import WindowLoad, learn, window_load
+from slascaler.policy.learning import WindowLoad, learn, serving_steadily, window_load
 from slascaler.policy.reasons import Reason
 from slascaler.policy.rules import RULES, Context
 from slascaler.policy.sizing import BatchSlots, Evidence, Sizing, size, sustainable_rate
@@ -171,13 +171,7 @@ def _evidence(
     steady fleet only (every pod ready and serving, no rollout, no backlog)."""
     if load is None or analysis.regime is not Regime.HEALTHY:
         return None
-    if fleet.starting_pods or fleet.unschedulable_pods or fleet.rollout_in_progress:
-        return None
-    if load.pods != fleet.ready_replicas:
-        return None
-    # No backlog over the window, and none at its end: a queue forming is not a steady load.
-    waiting = max(observation.waiting, load.backlog) / max(1, observation.reporting_pods)
-    if not waiting < tunables.steady_waiting_per_pod:
+    if not serving_steadily(fleet, observation, load, tunables):
         return None
     return Evidence(load.pods, load.work, analysis.ttft_ms, analysis.itl_ms)
 

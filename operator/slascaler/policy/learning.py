@@ -145,11 +145,21 @@ def _steady(
                      memory.last_knob_change_at, memory.unsettled_at) if t is not None),
         default=-math.inf,
     )  # fmt: skip
+    return (
+        serving_steadily(fleet, observation, load, tunables)
+        and now - last_change >= observation.window_s + ttft_ms / 1000
+    )
+
+
+def serving_steadily(
+    fleet: FleetState, observation: Observation, load: WindowLoad, tunables: Tunables
+) -> bool:
+    """The fleet is settled, every ready pod served the window, and no backlog hid the
+    arrivals, over the window or at its end."""
     waiting = observation.waiting if math.isfinite(observation.waiting) else math.inf
     return (
         _settled(fleet)
         and observation.reporting_pods == fleet.ready_replicas
-        and now - last_change >= observation.window_s + ttft_ms / 1000
         and load.backlog / load.pods < tunables.steady_waiting_per_pod
         and waiting / load.pods < tunables.steady_waiting_per_pod
     )
