@@ -16,7 +16,7 @@ from slascaler.model.regime import RegimeAnalysis, analyze_observation
 from slascaler.model.samples import TTFTBreakdown
 from slascaler.policy.decide import _evidence
 from slascaler.policy.learning import WindowLoad, window_load
-from slascaler.policy.sizing import Evidence, size
+from slascaler.policy.sizing import BatchSlots, Evidence, size
 from slascaler.policy.state import FleetState, PolicyMemory
 from slascaler.policy.tunables import Tunables
 
@@ -138,3 +138,19 @@ def test_a_window_over_an_unsteady_fleet_or_a_missed_objective_is_no_evidence(
     observation = _observation(ttft_ms=ttft_ms, waiting=waiting, waiting_now=waiting_now)
     load = window_load(observation, use_short_window=True)
     assert _evidence(fleet, observation, _analysis(observation), load, TUNABLES) is None
+
+
+def test_a_vanishing_load_gives_a_count_not_an_overflow() -> None:
+    """A window that served 5e-324 tokens/s (hypothesis found one fitted into the model)
+    makes every ratio over it infinite: the count is still a whole number, within bounds."""
+    tiny = 5e-324
+    memory = replace(
+        _memory_with_floor_near_the_target(),
+        load_points=(LoadPoint(NOW, tiny, 300.0, 10.0, 4),),
+    )
+    load = WindowLoad(pods=4, requests_per_s=tiny, tokens_per_request=1.0,
+                      arrivals_per_s=27.0, backlog=0.0)  # fmt: skip
+    sized = size(SLA, memory, load, NOW, TUNABLES, provisioned=4,
+                 evidence=Evidence(4, tiny, 300.0, 10.0), slots=BatchSlots(8.0, 16))  # fmt: skip
+    assert sized.replicas is not None
+    assert 1 <= sized.replicas <= SLA.replicas.max * 4

@@ -216,10 +216,10 @@ def size(
     count = replicas_for(wanted_load, model, target, itl_target, limit)
     without_backlog = replicas_for(predicted * headroom, model, target, itl_target, limit)
     by_model = count
-    proven = _proven_replicas(evidence, predicted, ttft_target, itl_target, tunables)
+    proven = _proven_replicas(evidence, predicted, ttft_target, itl_target, limit, tunables)
     if proven is not None and count is not None and without_backlog is not None:
         count, without_backlog = min(count, proven), min(without_backlog, proven)
-    for_slots = _slot_replicas(slots, load.work, predicted * headroom, tunables)
+    for_slots = _slot_replicas(slots, load.work, predicted * headroom, limit, tunables)
     if for_slots is not None and count is not None and without_backlog is not None:
         count, without_backlog = max(count, for_slots), max(without_backlog, for_slots)
     seen = max((p.work for p in memory.load_points), default=0.0)
@@ -275,7 +275,7 @@ def size(
 
 
 def _slot_replicas(
-    slots: BatchSlots | None, served: float, coming: float, tunables: Tunables
+    slots: BatchSlots | None, served: float, coming: float, limit: int, tunables: Tunables
 ) -> int | None:
     """The fewest replicas whose batch slots hold the requests that will run at once: those
     running now, scaled by the load coming over the load served, plus `slot_scatter`
@@ -286,7 +286,7 @@ def _slot_replicas(
         return None
     concurrent = slots.running * coming / served
     spread = concurrent + tunables.slot_scatter * math.sqrt(concurrent)
-    return max(1, math.ceil(spread / slots.max_batch - 1e-9))
+    return max(1, _whole(spread / slots.max_batch, limit))
 
 
 def _proven_replicas(
@@ -294,6 +294,7 @@ def _proven_replicas(
     predicted: float,
     ttft_target: float,
     itl_target: float | None,
+    limit: int,
     tunables: Tunables,
 ) -> int | None:
     """The most replicas a steady window that met both targets leaves the model: those that
@@ -305,7 +306,7 @@ def _proven_replicas(
         return None
     if itl_target is not None and not evidence.itl_ms <= itl_target:
         return None
-    scaled = math.ceil(evidence.pods * predicted / evidence.work - 1e-9)
+    scaled = _whole(evidence.pods * predicted / evidence.work, limit)
     return max(evidence.pods, scaled) + tunables.evidence_slack
 
 
@@ -317,7 +318,15 @@ def _trusted_replicas(
     scale-in, never adds replicas); None where it does not apply."""
     if not tunables.use_model_trust or provisioned is None or not seen > 0:
         return None
-    return min(provisioned, max(1, math.ceil(load / (tunables.model_trust * seen) - 1e-9)))
+    return min(provisioned, max(1, _whole(load / (tunables.model_trust * seen), provisioned)))
+
+
+def _whole(replicas: float, unbounded: int) -> int:
+    """`replicas` rounded up; `unbounded` where it is not finite: a ratio over a vanishing
+    load (a window that served 5e-324 tokens/s) is infinite, and has no integer."""
+    if not math.isfinite(replicas):
+        return unbounded
+    return math.ceil(replicas - 1e-9)
 
 
 def sustainable_rate(sizing: Sizing, load: WindowLoad) -> float | None:
