@@ -226,6 +226,7 @@ def size(
     trusted = _trusted_replicas(seen, wanted_load, provisioned, tunables)
     if trusted is not None and count is not None and without_backlog is not None:
         count, without_backlog = max(count, trusted), max(without_backlog, trusted)
+    before_collisions = count
     if for_collisions is not None and count is not None and without_backlog is not None:
         count, without_backlog = max(count, for_collisions), max(without_backlog, for_collisions)
     per_replica = wanted_load / count if count else None
@@ -262,7 +263,12 @@ def size(
             f"; scale-in stops at {trusted}: the model has seen at most {seen:.0f} tokens/s "
             f"per replica and is trusted to {tunables.model_trust:g}× that"
         )
-    if collisions is not None and by_model is not None and count is not None and count > by_model:
+    if (
+        collisions is not None
+        and before_collisions is not None
+        and count is not None
+        and count > before_collisions
+    ):
         why += (
             f"; {count} replicas keep long prompts from sharing a replica's steps in more than "
             f"{tunables.collision_risk:.0%} of windows ({collisions.exposed:.0%} of requests "
