@@ -106,6 +106,7 @@ ABLATIONS: dict[str, str] = {
     "slascaler − model trust": "use_model_trust",
     "slascaler − evidence cap": "use_evidence_cap",
     "slascaler − slot sizing": "use_slot_sizing",
+    "slascaler − chunk-step diagnosis": "use_chunk_step_diagnosis",
 }
 
 

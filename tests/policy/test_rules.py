@@ -453,6 +453,46 @@ def test_itl_over_lowers_batch_by_the_fitted_curve() -> None:
     assert "fitted ITL" in decision.reason
 
 
+def chunk_step_tail(body_itl_ms: float) -> Observation:
+    """1500-token prompts prefilled in one 70 ms step at chunk 2048; 85% of the tokens come
+    from decode-only steps at `body_itl_ms`, 15% from steps that carry a prompt's chunk."""
+    samples = [TTFTBreakdown(5.0, 5.0, 65.0, 5.0) for _ in range(600)]
+    return observation_from_samples(
+        samples, at=NOW, pods=4, running=4 * 4.0, tokens_per_request=TOKENS,
+        itl_ms=[body_itl_ms] * 850 + [70.0] * 150, prompt_tokens=[1500.0] * 600,
+    )  # fmt: skip
+
+
+def test_an_itl_tail_of_chunk_steps_lowers_the_chunk_to_what_the_step_model_allows() -> None:
+    """Decode-only steps (12 ms) are far within the 60 ms objective and the p95 is the chunk
+    steps: a smaller batch would not shorten them. The model fitted on the window (≈ 21 ms
+    + 33 µs/token) keeps a 512-token chunk's step within 0.8 × 60 ms, and not 1024's."""
+    sla = spec(knobs=KNOBS, objectives=ITL)
+    decision = decide(sla, chunk_step_tail(12.0), PolicyState(fleet(), settled()), NOW)
+    assert decision.regime is Regime.DECODE_BOUND
+    assert decision.reason_code is Reason.LOWER_CHUNK_FOR_ITL
+    assert decision.chunk_size == 512 and decision.max_batch_size == 64
+    assert "not the batch" in decision.reason
+    halved = decide(sla, chunk_step_tail(12.0), PolicyState(fleet(), settled()), NOW,
+                    Tunables(use_chunk_step_diagnosis=False))  # fmt: skip
+    assert halved.reason_code is Reason.LOWER_BATCH_FOR_ITL
+
+
+def test_an_itl_body_over_the_objective_still_lowers_the_batch() -> None:
+    """Every step is slow (ITL 55 ms in the decode-only steps too): the batch is the cause."""
+    sla = spec(knobs=KNOBS, objectives=ITL)
+    decision = decide(sla, chunk_step_tail(55.0), PolicyState(fleet(), settled()), NOW)
+    assert decision.regime is Regime.DECODE_BOUND
+    assert decision.reason_code is Reason.LOWER_BATCH_FOR_ITL
+    assert decision.max_batch_size is not None and decision.max_batch_size < 64
+
+
+def test_without_a_chunk_knob_the_batch_is_lowered_whatever_makes_the_tail() -> None:
+    sla = spec(knobs={"maxBatchSize": KNOBS["maxBatchSize"]}, objectives=ITL)
+    decision = decide(sla, chunk_step_tail(12.0), PolicyState(fleet(), settled()), NOW)
+    assert decision.reason_code is Reason.LOWER_BATCH_FOR_ITL
+
+
 def test_itl_over_without_ttft_headroom_adds_a_replica() -> None:
     sla = spec(knobs=KNOBS, objectives=ITL)
     samples = [TTFTBreakdown(150.0, 10.0, 250.0, 20.0) for _ in range(400)]

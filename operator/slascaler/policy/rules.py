@@ -10,9 +10,11 @@ knob values, the reason for each, and the notes that explain it.
 - PrefillBound: the count that keeps contention small, and a larger chunk (the smallest
   one the step-cost model predicts meets the objective, aiming under it), or the reason
   none can: no chunkSize knob, an unreadable flag, the maximum reached, no ITL headroom.
-- DecodeBound: a smaller max batch size (the largest the fitted ITL-vs-batch line allows,
-  or a step down from what runs), else a smaller chunk, when TTFT has headroom; otherwise
-  the count that brings ITL under its objective.
+- DecodeBound: when TTFT has headroom, a smaller max batch size (the largest the fitted
+  ITL-vs-batch line allows, or a step down from what runs), else a smaller chunk (the
+  largest the step-cost model keeps within the ITL objective); the chunk comes first where
+  that model says the steps carrying a prefill chunk, not the decodes, make the ITL tail.
+  Otherwise the count that brings ITL under its objective.
 - Healthy: the count the load calls for (scale-in happens through stabilization).
 - Idle: `replicas.min`.
 
@@ -26,7 +28,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from slascaler.model.batching import LinearFit, fit_line, largest_batch_within
-from slascaler.model.chunking import candidate_chunk_sizes, choose_chunk_size, estimate_step_cost
+from slascaler.model.chunking import (
+    StepCost,
+    candidate_chunk_sizes,
+    choose_chunk_size,
+    estimate_step_cost,
+    itl_with_chunk_ms,
+)
 from slascaler.model.observation import Observation
 from slascaler.model.regime import Regime, RegimeAnalysis
 from slascaler.policy.learning import WindowLoad
@@ -226,6 +234,17 @@ def _with_hold(proposal: Proposal, reason: Reason, text: str) -> Proposal:
     )  # fmt: skip
 
 
+def window_step_cost(ctx: Context, chunk: int) -> StepCost | None:
+    """The engine's step cost (f, k) fitted on this window at chunk size `chunk`, or None
+    without the prompt-length and ITL histograms or where the window is inconsistent with
+    the linear step model (`model.chunking.estimate_step_cost`)."""
+    prompts, itl = ctx.observation.prompt_tokens, ctx.observation.itl
+    if prompts is None or prompts.total <= 0 or itl is None or itl.total <= 0:
+        return None
+    prefill_ms = ctx.analysis.component_means_ms.get("prefill", math.nan)
+    return estimate_step_cost(prefill_ms, prompts.mean, chunk, ctx.running_per_pod(), itl.mean)
+
+
 def _chunk_target(ctx: Context, current: int, bounds: Bounds) -> tuple[int, str]:
     tunables, observation, analysis = ctx.tunables, ctx.observation, ctx.analysis
     fallback = bounds.clamp(math.ceil(current * tunables.chunk_step_up))
@@ -233,9 +252,7 @@ def _chunk_target(ctx: Context, current: int, bounds: Bounds) -> tuple[int, str]
     if prompts is None or prompts.total <= 0 or itl is None or itl.total <= 0:
         return fallback, "no prompt-length histogram: doubling"
     decode_tokens = ctx.running_per_pod()
-    cost = estimate_step_cost(
-        analysis.component_means_ms["prefill"], prompts.mean, current, decode_tokens, itl.mean
-    )
+    cost = window_step_cost(ctx, current)
     if cost is None:
         return fallback, "step cost not identifiable from this window: doubling"
     spec = ctx.spec
@@ -271,11 +288,14 @@ def decode_bound(ctx: Context) -> Proposal:
     batch, chunk = ctx.knobs.get("maxBatchSize"), ctx.knobs.get("chunkSize")
     batch_bounds, chunk_bounds = spec.max_batch_size, spec.chunk_size
     sized = healthy(ctx)
+    cost = window_step_cost(ctx, chunk) if chunk is not None else None
+    chunk_steps = _chunk_steps_miss(ctx, cost, chunk)
     if (
         ctx.ttft_headroom()
         and batch_bounds is not None
         and batch is not None
         and batch > batch_bounds.min
+        and not (chunk_steps and _lowerable(chunk, chunk_bounds))
     ):
         running = ctx.running_per_pod()
         binding = min(batch, math.ceil(running)) if math.isfinite(running) else batch
@@ -299,18 +319,14 @@ def decode_bound(ctx: Context) -> Proposal:
             {"maxBatchSize": (target, Reason.LOWER_BATCH_FOR_ITL)},
             why=f"maxBatchSize {batch}→{target}: {how}", wanted=sized.wanted,
         )  # fmt: skip
-    if (
-        ctx.ttft_headroom()
-        and chunk_bounds is not None
-        and chunk is not None
-        and chunk > chunk_bounds.min
-    ):
-        target = chunk_bounds.clamp(chunk // 2)
+    if ctx.ttft_headroom() and chunk is not None and _lowerable(chunk, chunk_bounds):
+        assert chunk_bounds is not None
+        target, how = _lower_chunk_target(ctx, cost, chunk, chunk_bounds)
         return Proposal(
             ctx.replicas, Reason.NO_CHANGE,
             {"chunkSize": (target, Reason.LOWER_CHUNK_FOR_ITL)},
-            why=f"chunkSize {chunk}→{target}: shorter prefill chunks shorten the steps "
-            "that decodes share", wanted=sized.wanted,
+            why=f"chunkSize {chunk}→{target}: {'; '.join(filter(None, (chunk_steps, how)))}",
+            wanted=sized.wanted,
         )  # fmt: skip
     why = (
         "ITL over its objective and TTFT has no headroom for a smaller batch"
@@ -325,6 +341,54 @@ def decode_bound(ctx: Context) -> Proposal:
     return Proposal(wanted, Reason.SCALE_UP,
                     why=f"{why}: another replica lowers the batch per replica",
                     wanted=wanted)  # fmt: skip
+
+
+def _lowerable(value: int | None, bounds: Bounds | None) -> bool:
+    return value is not None and bounds is not None and value > bounds.min
+
+
+def _chunk_steps_miss(ctx: Context, cost: StepCost | None, chunk: int | None) -> str:
+    """Why the steps carrying a prefill chunk, not the decode batch, miss the ITL objective
+    (empty when the window cannot tell, or the decode batch is the cause).
+
+    Every step carries the running decodes, a few carry a prefill chunk too. The step-cost
+    model fitted on the window gives a decode-only step of f + k·d, the window's mean ITL;
+    when that is within the objective with headroom while a step carrying a full chunk is
+    over it, the tail is made of chunk steps: a smaller max batch size would shorten every
+    step by only k per decode left out, and cost the slots of the requests it turns away.
+    """
+    itl = ctx.spec.itl
+    if not ctx.tunables.use_chunk_step_diagnosis or cost is None or chunk is None or itl is None:
+        return ""
+    decode_step = cost.step_ms(ctx.running_per_pod())
+    chunk_step = itl_with_chunk_ms(chunk, cost)
+    if decode_step > itl.threshold_ms * ctx.tunables.headroom or chunk_step <= itl.threshold_ms:
+        return ""
+    return (
+        f"a decode-only step takes {decode_step:.0f} ms and one carrying a {chunk}-token "
+        f"prefill chunk {chunk_step:.0f} ms (step cost {cost.fixed_ms:.1f} ms + "
+        f"{cost.per_token_ms * 1000:.1f} µs/token): the chunk steps, not the batch, lengthen ITL"
+    )
+
+
+def _lower_chunk_target(
+    ctx: Context, cost: StepCost | None, chunk: int, bounds: Bounds
+) -> tuple[int, str]:
+    """The largest chunk below `chunk` whose full step the model keeps within the ITL
+    objective with headroom (the minimum if none), or half of it without a model."""
+    halved = bounds.clamp(chunk // 2), "shorter prefill chunks shorten the steps that decodes share"
+    itl = ctx.spec.itl
+    if not ctx.tunables.use_chunk_step_diagnosis or cost is None or itl is None:
+        return halved
+    limit = itl.threshold_ms * ctx.tunables.headroom
+    smaller = [c for c in candidate_chunk_sizes(bounds.min, bounds.max) if c < chunk]
+    within = [c for c in smaller if itl_with_chunk_ms(c, cost) <= limit]
+    target = max(within) if within else bounds.min
+    return target, (
+        f"a step carrying a {target}-token chunk takes {itl_with_chunk_ms(target, cost):.0f} ms "
+        f"by the step-cost model ({cost.fixed_ms:.1f} ms + {cost.per_token_ms * 1000:.1f} "
+        "µs/token)"
+    )
 
 
 RULES = {

@@ -152,3 +152,7 @@ class Tunables:
     use_evidence_cap: bool = True
     # Never fewer replicas than the batch slots the running requests need (`slot_scatter`).
     use_slot_sizing: bool = True
+    # ITL over its objective from the steps that carry a prefill chunk (the step-cost model
+    # says a decode-only step is well within it): lower the chunk to the size the model keeps
+    # within the objective, not the batch (else the batch first, and chunks halve).
+    use_chunk_step_diagnosis: bool = True
