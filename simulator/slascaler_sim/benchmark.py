@@ -107,6 +107,7 @@ ABLATIONS: dict[str, str] = {
     "slascaler − evidence cap": "use_evidence_cap",
     "slascaler − slot sizing": "use_slot_sizing",
     "slascaler − chunk-step diagnosis": "use_chunk_step_diagnosis",
+    "slascaler − ITL evidence": "use_itl_evidence",
 }
 
 
@@ -248,8 +249,19 @@ def plan_of(scenario: Scenario, seed: int) -> Plan:
 
 
 def run_policy(scenario: Scenario, seed: int, policy: str, plan: Plan) -> Outcome:
+    return run_controller(scenario, seed, policy, *POLICIES[policy](scenario, plan))
+
+
+def run_controller(
+    scenario: Scenario,
+    seed: int,
+    policy: str,
+    controller: Controller,
+    initial: int,
+    settings: EngineSettings,
+) -> Outcome:
+    """One run of `controller` (named `policy` in the outcome) on the scenario."""
     started = time.process_time()
-    controller, initial, settings = POLICIES[policy](scenario, plan)
     result = simulate(
         requests_of(scenario, seed), controller, scenario.profile, settings, initial,
         scenario.startup_s, scenario.duration_s, scenario.threshold_ms, scenario.percentile,

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from slascaler.model.latency import (
     MAX_UTILISATION,
     LoadPoint,
     contention,
     fit_latency,
+    itl_met_work,
     replicas_for,
 )
 
@@ -107,3 +111,51 @@ def test_replicas_for_is_the_fewest_that_meet_the_targets() -> None:
     assert replicas_for(0.0, model, 475.0, None, 64) == 1
     # ITL 20 + 30·u ≤ 35 ms → u ≤ 0.5 → 56 000 / 6 000 → 10 replicas.
     assert replicas_for(56000.0, model, 475.0, 35.0, 64) == 10
+
+
+def itl_step(work: float) -> float:
+    """A replica's ITL p95: the decode-only step (23 ms) until more than 5% of its tokens come
+    from steps carrying a prefill chunk (here past 2 500 tokens/s), then the chunk step."""
+    return 23.0 if work < 2500.0 else 178.0
+
+
+def test_windows_that_met_the_itl_target_hold_against_a_line_through_the_jump() -> None:
+    works = [500.0, 1300.0, 1800.0, 2900.0, 3400.0, 3600.0]
+    seen = [LoadPoint(1000.0 - i, w, 700.0, itl_step(w), 4) for i, w in enumerate(works)]
+    assert itl_met_work(seen, 55.0) == 1800.0
+    model = fit_latency(seen, 22000.0, 1000.0, 900.0, 0.5, 4.0)
+    assert model is not None and model.itl is not None
+    line_only = replicas_for(18000.0, model, 1840.0, 55.0, 64)
+    assert line_only is not None and 18000.0 / line_only < 1800.0  # the line's limit is lower
+    with_evidence = replicas_for(
+        18000.0, replace(model, itl_met_up_to=1800.0), 1840.0, 55.0, 64
+    )
+    assert with_evidence == 10  # 18 000 / 1 800: what the windows showed
+    assert line_only > with_evidence
+
+
+def test_itl_evidence_stops_below_the_least_work_that_missed() -> None:
+    """A window that missed below one that met (noise, a long prompt) caps the evidence."""
+    seen = [
+        LoadPoint(1000.0, 1000.0, 700.0, 20.0, 4),
+        LoadPoint(990.0, 2000.0, 700.0, 90.0, 4),
+        LoadPoint(980.0, 3000.0, 700.0, 25.0, 4),
+        LoadPoint(970.0, 500.0, 700.0, math.nan, 4),
+    ]
+    assert itl_met_work(seen, 55.0) == 1000.0
+    assert itl_met_work(seen[1:2], 55.0) == 0.0  # none met
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(1.0, 1e5), st.floats(1.0, 500.0)), min_size=1, max_size=20
+    ),
+    st.floats(5.0, 300.0),
+)
+def test_itl_evidence_never_reaches_a_load_that_missed(
+    windows: list[tuple[float, float]], target: float
+) -> None:
+    seen = [LoadPoint(0.0, work, 500.0, itl, 1) for work, itl in windows]
+    proven = itl_met_work(seen, target)
+    assert all(proven < work for work, itl in windows if itl > target)
+    assert proven == 0.0 or any(work == proven and itl <= target for work, itl in windows)

@@ -487,10 +487,17 @@ def test_an_itl_body_over_the_objective_still_lowers_the_batch() -> None:
     assert decision.max_batch_size is not None and decision.max_batch_size < 64
 
 
-def test_without_a_chunk_knob_the_batch_is_lowered_whatever_makes_the_tail() -> None:
+def test_without_a_chunk_knob_a_tail_of_chunk_steps_does_not_cut_the_batch() -> None:
+    """A smaller batch would not shorten the chunk steps: the policy sizes the fleet for the
+    objectives (one more replica without a model), so fewer prompts share a replica."""
     sla = spec(knobs={"maxBatchSize": KNOBS["maxBatchSize"]}, objectives=ITL)
     decision = decide(sla, chunk_step_tail(12.0), PolicyState(fleet(), settled()), NOW)
-    assert decision.reason_code is Reason.LOWER_BATCH_FOR_ITL
+    assert decision.regime is Regime.DECODE_BOUND
+    assert decision.max_batch_size == 64 and decision.replicas == 5
+    assert "no smaller chunk to lower" in decision.reason
+    cut = decide(sla, chunk_step_tail(12.0), PolicyState(fleet(), settled()), NOW,
+                 Tunables(use_chunk_step_diagnosis=False))  # fmt: skip
+    assert cut.reason_code is Reason.LOWER_BATCH_FOR_ITL
 
 
 def test_itl_over_without_ttft_headroom_adds_a_replica() -> None:

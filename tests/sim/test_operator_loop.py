@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import itertools
 
-from slascaler_sim.benchmark import SLASCALER, plan_of, run_policy
+from slascaler.policy import Tunables
+from slascaler_sim.benchmark import SLASCALER, Outcome, Plan, plan_of, run_controller, run_policy
 from slascaler_sim.cluster import SimCluster
 from slascaler_sim.fleet import EngineSettings
 from slascaler_sim.profiles import PROFILES
@@ -79,15 +80,22 @@ def conversation_on_an_a100(knobs: dict[str, dict[str, int]]) -> Scenario:
                           itl_ms=80.0, knobs=knobs)  # fmt: skip
 
 
+def run_tuned(scenario: Scenario, plan: Plan, **switches: bool) -> Outcome:
+    """slascaler on the scenario's first seed with these `Tunables` switches."""
+    controller = OperatorController(scenario.sla_spec(), tunables=Tunables(**switches))
+    return run_controller(scenario, 1, SLASCALER, controller, plan.initial, scenario.settings)
+
+
 def test_after_a_cut_of_max_batch_size_the_fleet_keeps_the_slots_its_requests_need() -> None:
-    """With maxBatchSize the only knob, the first window's ITL cuts it 256→16, and the
-    latency model, whose capacity was read where the batch did not bind, then called for
-    replicas that each queued at 16 running: half of the first 15 minutes missed. Sized for
-    the batch slots, the fleet keeps enough replicas for the requests that run at once."""
+    """With maxBatchSize the only knob and the batch lowered first whatever makes the ITL
+    tail (as before the chunk-step diagnosis), the first window's ITL cuts it 256→16, and
+    the latency model, whose capacity was read where the batch did not bind, then called
+    for replicas that each queued at 16 running: half of the first 15 minutes missed. Sized
+    for the batch slots, the fleet keeps enough replicas for the requests that run at once."""
     scenario = conversation_on_an_a100({"maxBatchSize": DEFAULT_KNOBS["maxBatchSize"]})
     plan = plan_of(scenario, 1)
-    with_slots = run_policy(scenario, 1, SLASCALER, plan)
-    without = run_policy(scenario, 1, "slascaler − slot sizing", plan)
+    with_slots = run_tuned(scenario, plan, use_chunk_step_diagnosis=False)
+    without = run_tuned(scenario, plan, use_chunk_step_diagnosis=False, use_slot_sizing=False)
     assert with_slots.rolling_restarts >= 1  # the cut happened: the case is the one described
     assert with_slots.attainment is not None and without.attainment is not None
     assert with_slots.attainment >= 0.8, with_slots.attainment

@@ -295,7 +295,7 @@ def decode_bound(ctx: Context) -> Proposal:
         and batch_bounds is not None
         and batch is not None
         and batch > batch_bounds.min
-        and not (chunk_steps and _lowerable(chunk, chunk_bounds))
+        and not chunk_steps
     ):
         running = ctx.running_per_pod()
         binding = min(batch, math.ceil(running)) if math.isfinite(running) else batch
@@ -328,19 +328,23 @@ def decode_bound(ctx: Context) -> Proposal:
             why=f"chunkSize {chunk}→{target}: {'; '.join(filter(None, (chunk_steps, how)))}",
             wanted=sized.wanted,
         )  # fmt: skip
-    why = (
-        "ITL over its objective and TTFT has no headroom for a smaller batch"
-        if not ctx.ttft_headroom()
-        else "ITL over its objective and no knob left to lower"
-    )
+    if not ctx.ttft_headroom():
+        why = "ITL over its objective and TTFT has no headroom for a smaller batch"
+    elif chunk_steps:
+        why = f"ITL over its objective and no smaller chunk to lower: {chunk_steps}"
+    else:
+        why = "ITL over its objective and no knob left to lower"
     regime_sized = ctx.tunables.use_regime_sizing
     if regime_sized and sized.wanted is not None and sized.wanted > ctx.replicas:
         return Proposal(sized.replicas, Reason.SCALE_UP, why=f"{why}: {sized.why}",
                         wanted=sized.wanted)  # fmt: skip
     wanted = ctx.replicas + 1
-    return Proposal(wanted, Reason.SCALE_UP,
-                    why=f"{why}: another replica lowers the batch per replica",
-                    wanted=wanted)  # fmt: skip
+    effect = (
+        "another replica leaves fewer prompts to share each replica's steps"
+        if chunk_steps
+        else "another replica lowers the batch per replica"
+    )
+    return Proposal(wanted, Reason.SCALE_UP, why=f"{why}: {effect}", wanted=wanted)
 
 
 def _lowerable(value: int | None, bounds: Bounds | None) -> bool:

@@ -3,7 +3,10 @@
 1. The latency model (`model.latency`) is fitted to the windows remembered at the current
    knob values, its floor moved to this window's tokens per request; its residual, at
    least `sizing_margin`'s share, is taken off the objectives (`objective_target`). Its
-   inverse gives the most work one replica carries within both objectives.
+   inverse gives the most work one replica carries within both objectives; for ITL at
+   least the work per replica that windows met the ITL target at, below the least at which
+   one missed it (`model.latency.itl_met_work`: the ITL percentile jumps, it does not
+   follow the fitted line).
 2. The load to carry: the work arriving now (`learning.window_load`: the short window in a
    burst), plus the backlog drained within a start-up delay, plus the trend the last
    minutes kept (a rise in both halves of them, not a step) carried to now + start-up
@@ -44,10 +47,10 @@ Pure; called by `policy.decide`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slascaler.model.collisions import PromptCollisions
-from slascaler.model.latency import LatencyModel, fit_latency, replicas_for
+from slascaler.model.latency import LatencyModel, fit_latency, itl_met_work, replicas_for
 from slascaler.policy.learning import WindowLoad
 from slascaler.policy.state import PolicyMemory
 from slascaler.policy.tunables import Tunables
@@ -207,6 +210,8 @@ def size(
     itl_target = None
     if spec.itl is not None and model.itl is not None:
         itl_target = objective_target(spec.itl.threshold_ms, model.itl.residual, tunables)
+        if tunables.use_itl_evidence:
+            model = replace(model, itl_met_up_to=itl_met_work(memory.load_points, itl_target))
     limit = spec.replicas.max * 4
     feasible = model.ttft.floor < ttft_target
     target = ttft_target

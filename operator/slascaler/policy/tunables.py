@@ -156,3 +156,6 @@ class Tunables:
     # says a decode-only step is well within it): lower the chunk to the size the model keeps
     # within the objective, not the batch (else the batch first, and chunks halve).
     use_chunk_step_diagnosis: bool = True
+    # The ITL objective is met up to the work per replica that windows met it at, below the
+    # least at which one missed it, whatever the fitted line says (`itl_met_work`).
+    use_itl_evidence: bool = True
