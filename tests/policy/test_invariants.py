@@ -169,8 +169,8 @@ def observations(draw: st.DrawFn) -> Observation | None:
         samples,
         at=NOW - draw(st.floats(0, 30)),
         pods=pods,
-        itl_ms=list(rng.uniform(5, 150, count)),
-        prompt_tokens=list(rng.integers(10, 8000, count).astype(float)),
+        itl_ms=rng.uniform(5, 150, count).tolist(),
+        prompt_tokens=rng.integers(10, 8000, count).astype(float).tolist(),
         waiting=draw(st.sampled_from([0.0, 3.0, 100.0])),
         running=float(pods * draw(st.integers(0, 300))),
         tokens_per_request=draw(st.sampled_from([None, 300.0, 1400.0, 9000.0])),
@@ -394,16 +394,16 @@ def _knob_window(kind: str, pods: int, seed: int) -> Observation:
     rng = np.random.default_rng(seed)
     if kind == "prefill":
         samples = [TTFTBreakdown(2.0, 10.0, float(p), 20.0) for p in rng.normal(900, 50, 300)]
-        itl = list(rng.uniform(5, 15, 300))
+        itl = rng.uniform(5, 15, 300).tolist()
     else:
         samples = [TTFTBreakdown(2.0, 10.0, 40.0, 10.0) for _ in range(300)]
-        itl = list(rng.uniform(150, 400, 300))
+        itl = rng.uniform(150, 400, 300).tolist()
     return observation_from_samples(
         samples,
         at=NOW,
         pods=pods,
         itl_ms=itl,
-        prompt_tokens=list(rng.integers(4000, 8000, 300).astype(float)),
+        prompt_tokens=rng.integers(4000, 8000, 300).astype(float).tolist(),
         running=pods * 16.0,
     )
 
@@ -462,7 +462,8 @@ def test_the_strategies_reach_starting_and_pending_pods_with_a_fresh_memory() ->
 
 
 def _colliding_window(pods: int, collided: int, seed: int) -> Observation:
-    prompts = list(np.random.default_rng(seed).uniform(6000, 7000, 18))
+    # Python floats, as a metrics source parses them (numpy scalars warn where floats give inf).
+    prompts = np.random.default_rng(seed).uniform(6000, 7000, 18).tolist()
     return long_prompt_minute(prompts, pods=pods, collided=collided, at=NOW)
 
 
