@@ -296,10 +296,10 @@ def itl_met_work(points: Sequence[LoadPoint], itl_target_ms: float) -> float:
     The percentile of ITL does not grow along a line with the load: it is the decode-only
     step while few of a replica's steps carry a prefill chunk, and jumps to the chunk step
     (several times longer) once more than the percentile's complement of the tokens come
-    from such steps. A line through windows on both sides of that jump puts its limit well
+    from such steps. A line through windows on both sides of that jump puts its limit
     below the loads that met the target (Azure's code trace ×3 on an A100, ITL ≤ 60 ms:
     23 ms at 1.8k tokens/s per replica, 178 ms at 2.9k and more, and the line's limit at
-    0.9k). Windows that met the target are direct evidence, up to the first that missed.
+    1.1k). Windows that met the target are direct evidence, up to the first that missed.
     """
     missed = min(
         (p.work for p in points if math.isfinite(p.itl_ms) and p.itl_ms > itl_target_ms),
