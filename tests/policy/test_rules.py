@@ -14,7 +14,7 @@ from slascaler.model.observation import Observation
 from slascaler.model.regime import Regime
 from slascaler.model.samples import TTFTBreakdown
 from slascaler.policy import FleetState, PolicyMemory, PolicyState, Reason, Tunables, decide
-from slascaler.policy.decision import Status
+from slascaler.policy.decision import Decision, Status
 from slascaler.policy.state import (
     DEFAULT_MAX_UNAVAILABLE,
     Recommendation,
@@ -463,25 +463,31 @@ def chunk_step_tail(body_itl_ms: float) -> Observation:
     )  # fmt: skip
 
 
+def decide_on_chunk_step_tail(
+    sla: SLASpec, body_itl_ms: float, tunables: Tunables | None = None
+) -> Decision:
+    state = PolicyState(fleet(), settled())
+    return decide(sla, chunk_step_tail(body_itl_ms), state, NOW, tunables or Tunables())
+
+
 def test_an_itl_tail_of_chunk_steps_lowers_the_chunk_to_what_the_step_model_allows() -> None:
     """Decode-only steps (12 ms) are far within the 60 ms objective and the p95 is the chunk
     steps: a smaller batch would not shorten them. The model fitted on the window (≈ 21 ms
     + 33 µs/token) keeps a 512-token chunk's step within 0.8 × 60 ms, and not 1024's."""
     sla = spec(knobs=KNOBS, objectives=ITL)
-    decision = decide(sla, chunk_step_tail(12.0), PolicyState(fleet(), settled()), NOW)
+    decision = decide_on_chunk_step_tail(sla, 12.0)
     assert decision.regime is Regime.DECODE_BOUND
     assert decision.reason_code is Reason.LOWER_CHUNK_FOR_ITL
     assert decision.chunk_size == 512 and decision.max_batch_size == 64
     assert "not the batch" in decision.reason
-    halved = decide(sla, chunk_step_tail(12.0), PolicyState(fleet(), settled()), NOW,
-                    Tunables(use_chunk_step_diagnosis=False))  # fmt: skip
+    halved = decide_on_chunk_step_tail(sla, 12.0, Tunables(use_chunk_step_diagnosis=False))
     assert halved.reason_code is Reason.LOWER_BATCH_FOR_ITL
 
 
 def test_an_itl_body_over_the_objective_still_lowers_the_batch() -> None:
     """Every step is slow (ITL 55 ms in the decode-only steps too): the batch is the cause."""
     sla = spec(knobs=KNOBS, objectives=ITL)
-    decision = decide(sla, chunk_step_tail(55.0), PolicyState(fleet(), settled()), NOW)
+    decision = decide_on_chunk_step_tail(sla, 55.0)
     assert decision.regime is Regime.DECODE_BOUND
     assert decision.reason_code is Reason.LOWER_BATCH_FOR_ITL
     assert decision.max_batch_size is not None and decision.max_batch_size < 64
@@ -491,12 +497,11 @@ def test_without_a_chunk_knob_a_tail_of_chunk_steps_does_not_cut_the_batch() -> 
     """A smaller batch would not shorten the chunk steps: the policy sizes the fleet for the
     objectives (one more replica without a model), so fewer prompts share a replica."""
     sla = spec(knobs={"maxBatchSize": KNOBS["maxBatchSize"]}, objectives=ITL)
-    decision = decide(sla, chunk_step_tail(12.0), PolicyState(fleet(), settled()), NOW)
+    decision = decide_on_chunk_step_tail(sla, 12.0)
     assert decision.regime is Regime.DECODE_BOUND
     assert decision.max_batch_size == 64 and decision.replicas == 5
     assert "no smaller chunk to lower" in decision.reason
-    cut = decide(sla, chunk_step_tail(12.0), PolicyState(fleet(), settled()), NOW,
-                 Tunables(use_chunk_step_diagnosis=False))  # fmt: skip
+    cut = decide_on_chunk_step_tail(sla, 12.0, Tunables(use_chunk_step_diagnosis=False))
     assert cut.reason_code is Reason.LOWER_BATCH_FOR_ITL
 
 

@@ -288,7 +288,9 @@ def decode_bound(ctx: Context) -> Proposal:
     batch, chunk = ctx.knobs.get("maxBatchSize"), ctx.knobs.get("chunkSize")
     batch_bounds, chunk_bounds = spec.max_batch_size, spec.chunk_size
     sized = healthy(ctx)
-    cost = window_step_cost(ctx, chunk) if chunk is not None else None
+    cost = None  # the step cost the diagnosis and the chunk's target read, fitted once
+    if tunables.use_chunk_step_diagnosis and chunk is not None:
+        cost = window_step_cost(ctx, chunk)
     chunk_steps = _chunk_steps_miss(ctx, cost, chunk)
     if (
         ctx.ttft_headroom()
@@ -319,8 +321,12 @@ def decode_bound(ctx: Context) -> Proposal:
             {"maxBatchSize": (target, Reason.LOWER_BATCH_FOR_ITL)},
             why=f"maxBatchSize {batch}→{target}: {how}", wanted=sized.wanted,
         )  # fmt: skip
-    if ctx.ttft_headroom() and chunk is not None and _lowerable(chunk, chunk_bounds):
-        assert chunk_bounds is not None
+    if (
+        ctx.ttft_headroom()
+        and chunk_bounds is not None
+        and chunk is not None
+        and chunk > chunk_bounds.min
+    ):
         target, how = _lower_chunk_target(ctx, cost, chunk, chunk_bounds)
         return Proposal(
             ctx.replicas, Reason.NO_CHANGE,
@@ -347,13 +353,9 @@ def decode_bound(ctx: Context) -> Proposal:
     return Proposal(wanted, Reason.SCALE_UP, why=f"{why}: {effect}", wanted=wanted)
 
 
-def _lowerable(value: int | None, bounds: Bounds | None) -> bool:
-    return value is not None and bounds is not None and value > bounds.min
-
-
 def _chunk_steps_miss(ctx: Context, cost: StepCost | None, chunk: int | None) -> str:
     """Why the steps carrying a prefill chunk, not the decode batch, miss the ITL objective
-    (empty when the window cannot tell, or the decode batch is the cause).
+    (empty without a step cost fitted on the window, or where the decode batch is the cause).
 
     Every step carries the running decodes, a few carry a prefill chunk too. The step-cost
     model fitted on the window gives a decode-only step of f + k·d, the window's mean ITL;
@@ -362,7 +364,7 @@ def _chunk_steps_miss(ctx: Context, cost: StepCost | None, chunk: int | None) ->
     step by only k per decode left out, and cost the slots of the requests it turns away.
     """
     itl = ctx.spec.itl
-    if not ctx.tunables.use_chunk_step_diagnosis or cost is None or chunk is None or itl is None:
+    if cost is None or chunk is None or itl is None:
         return ""
     decode_step = cost.step_ms(ctx.running_per_pod())
     chunk_step = itl_with_chunk_ms(chunk, cost)
@@ -379,10 +381,10 @@ def _lower_chunk_target(
     ctx: Context, cost: StepCost | None, chunk: int, bounds: Bounds
 ) -> tuple[int, str]:
     """The largest chunk below `chunk` whose full step the model keeps within the ITL
-    objective with headroom (the minimum if none), or half of it without a model."""
+    objective with headroom (the minimum if none), or half of it without a fitted step cost."""
     halved = bounds.clamp(chunk // 2), "shorter prefill chunks shorten the steps that decodes share"
     itl = ctx.spec.itl
-    if not ctx.tunables.use_chunk_step_diagnosis or cost is None or itl is None:
+    if cost is None or itl is None:
         return halved
     limit = itl.threshold_ms * ctx.tunables.headroom
     smaller = [c for c in candidate_chunk_sizes(bounds.min, bounds.max) if c < chunk]
