@@ -242,7 +242,8 @@ def test_1_load_step_scales_out_then_back_in(
             what="30 s without a change",
         )
         settled = history.snapshot()[-1]
-        assert settled.replicas < peak
+        said = [f"{e['reason']}: {e['message']}" for e in sla.events()]
+        assert settled.replicas < peak, (history.replica_steps(), said)
         for before, after in history.replica_steps():
             assert announced(sla, rf"replicas {before}→{after}\b"), (before, after, sla.events())
         # The cooldowns and starting pods between the scale-ups are in the status, not Events.
@@ -252,6 +253,7 @@ def test_1_load_step_scales_out_then_back_in(
             f"\nscenario 1: recovered in {recovered_s:.0f} s, peak {peak} replicas, "
             f"steps {history.replica_steps()}"
         )
+        print("\n".join(said))
 
 
 def test_2_prefill_bound_raises_chunk_size_and_a_restart_repeats_nothing(

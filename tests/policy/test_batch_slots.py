@@ -32,14 +32,15 @@ def _memory() -> PolicyMemory:
     return PolicyMemory(load_points=points, capacity=13_400.0, first_seen_at=NOW - 600.0)
 
 
-def _window(arrivals_per_s: float = 17.0) -> WindowLoad:
-    return WindowLoad(pods=5, requests_per_s=17.0, tokens_per_request=1300.0,
+def _window(arrivals_per_s: float = 17.0, pods: int = 4) -> WindowLoad:
+    return WindowLoad(pods=pods, requests_per_s=17.0, tokens_per_request=1300.0,
                       arrivals_per_s=arrivals_per_s, backlog=0.0)  # fmt: skip
 
 
 def test_a_small_batch_limit_keeps_the_replicas_its_slots_need() -> None:
-    """40 requests run at once; at 16 per replica they need 40 + 2·√40 ≈ 53 slots, 4
-    replicas, where the model alone (its capacity read at batch 256) calls for 2 or 3."""
+    """40 requests run at once on 4 replicas; at 16 per replica they need 40 + 2·√40 ≈ 53
+    slots, 4 replicas, where the model alone (its capacity read at batch 256) calls for 2
+    or 3."""
     load = _window()
     free = size(SLA, _memory(), load, NOW, WITHOUT)
     held = size(SLA, _memory(), load, NOW, TUNABLES, slots=BatchSlots(40.0, 16))
@@ -63,18 +64,70 @@ def test_the_slots_are_sized_for_the_load_coming() -> None:
     assert held.replicas >= math.ceil((concurrent + 2 * math.sqrt(concurrent)) / 16)
 
 
+def test_a_scale_in_leaves_the_slots_room_for_the_longer_steps_and_more_scatter() -> None:
+    """Served by 5 replicas, the same 40 requests do not let the fleet step in to 4: on
+    4 each replica is busier (22.1k tokens/s over 4 × 13.4k: u 0.41, against 0.33 on 5),
+    its steps 1.13× longer, so 45 requests would run at once, and a scale-in must leave room
+    for 3 standard deviations of their scatter (45 + 3·√45 ≈ 65 > 64 slots): the fleet holds
+    at 5, where a scale-out is called only at 2 (53 slots, 4 replicas, above)."""
+    held = size(SLA, _memory(), _window(pods=5), NOW, TUNABLES, slots=BatchSlots(40.0, 16))
+    assert held.replicas == 5
+    assert "longer steps" in held.why
+
+
+def test_a_fleet_whose_slots_bind_does_not_step_in_and_straight_back_out() -> None:
+    """The running requests a window at N + 1 replicas shows, carried to N, call for N + 1
+    at N: what a scale-in to N is refused for is what a window at N would scale out for."""
+    memory, served, batch, capacity = _memory(), _window(), 16, 13_400.0
+    stepped_in = 0
+    for running_at_5 in (10.0, 20.0, 30.0, 40.0, 50.0, 60.0):
+        fewer = size(SLA, memory, _window(pods=5), NOW, TUNABLES,
+                     slots=BatchSlots(running_at_5, batch))  # fmt: skip
+        assert fewer.replicas is not None
+        if fewer.replicas >= 5:
+            continue
+        stepped_in += 1
+        # At the count it stepped in to, the same load runs longer on each replica.
+        spare_at_5 = 1 - served.work / (5 * capacity)
+        stretch = spare_at_5 / (1 - served.work / (fewer.replicas * capacity))
+        back = size(SLA, memory, _window(pods=fewer.replicas), NOW, TUNABLES,
+                    slots=BatchSlots(running_at_5 * stretch, batch))  # fmt: skip
+        assert back.replicas is not None and back.replicas <= fewer.replicas, running_at_5
+    assert stepped_in >= 2
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.floats(0.0, 400.0), st.integers(1, 512), st.floats(1.0, 60.0))
-def test_the_slots_only_ever_add_replicas(running: float, batch: int, arrivals: float) -> None:
-    load = _window(arrivals)
+@given(st.floats(0.0, 400.0), st.integers(1, 512), st.floats(1.0, 60.0), st.integers(1, 12))
+def test_the_slots_only_ever_add_replicas(
+    running: float, batch: int, arrivals: float, pods: int
+) -> None:
+    load = _window(arrivals, pods)
     free = size(SLA, _memory(), load, NOW, WITHOUT)
     held = size(SLA, _memory(), load, NOW, TUNABLES, slots=BatchSlots(running, batch))
     assert free.replicas is not None and held.replicas is not None
     assert held.replicas >= free.replicas
-    if held.replicas > free.replicas:  # then it is exactly what the slots need
+    if held.replicas > free.replicas:
+        # A scale-out goes exactly to the replicas whose slots hold 2 standard deviations;
+        # below the count serving now, a scale-in may stop anywhere up to that count.
         concurrent = running * load.arriving_work / load.work
-        needed = (concurrent + TUNABLES.slot_scatter * math.sqrt(concurrent)) / batch
-        assert held.replicas == math.ceil(needed - 1e-9)
+        out = math.ceil((concurrent + 2 * math.sqrt(concurrent)) / batch - 1e-9)
+        out = min(out, 4 * SLA.replicas.max)  # the sizing's bound
+        if out >= pods:
+            assert held.replicas == out
+        else:
+            assert out <= held.replicas <= pods
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(1.0, 400.0), st.integers(1, 512), st.integers(1, 12))
+def test_more_requests_running_never_call_for_fewer_replicas(
+    running: float, batch: int, pods: int
+) -> None:
+    load = _window(pods=pods)
+    fewer = size(SLA, _memory(), load, NOW, TUNABLES, slots=BatchSlots(running, batch))
+    more = size(SLA, _memory(), load, NOW, TUNABLES, slots=BatchSlots(running * 1.5, batch))
+    assert fewer.replicas is not None and more.replicas is not None
+    assert more.replicas >= fewer.replicas
 
 
 def test_no_max_batch_size_flag_no_slots() -> None:

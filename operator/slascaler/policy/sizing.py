@@ -32,7 +32,9 @@
    bind, and after a cut of max batch size (or with a small one set by the user) a replica
    saturates well below it (Azure conversation trace on an A100 with an 80 ms ITL
    objective: a cut to 16 left the model calling for 3 replicas, each of which then
-   queued).
+   queued). Below the count serving now the requests run longer (busier replicas take
+   longer steps) and a scale-in must leave room for more scatter than a scale-out is called
+   at: otherwise the requests running at N + 1 call for N, and at N for N + 1.
 7. At least the replicas that keep long prompts from sharing a replica's steps in more than
    `collision_risk` of windows (`model.collisions`, computed by the caller from the window):
    a collision the latency model does not see at low utilisation, and one more replica
@@ -224,7 +226,9 @@ def size(
     proven = _proven_replicas(evidence, predicted, ttft_target, itl_target, limit, tunables)
     if proven is not None and count is not None and without_backlog is not None:
         count, without_backlog = min(count, proven), min(without_backlog, proven)
-    for_slots = _slot_replicas(slots, load.work, predicted * headroom, limit, tunables)
+    for_slots = _slot_replicas(
+        slots, load.work, predicted, headroom, load.pods, model.capacity, limit, tunables
+    )
     if for_slots is not None and count is not None and without_backlog is not None:
         count, without_backlog = max(count, for_slots), max(without_backlog, for_slots)
     seen = max((p.work for p in memory.load_points), default=0.0)
@@ -261,7 +265,8 @@ def size(
     ):
         why += (
             f"; {for_slots} replicas hold in their batch slots ({slots.max_batch} each) the "
-            f"requests that run at once ({slots.running:.0f} now, scaled by the load coming)"
+            f"requests that run at once ({slots.running:.0f} now, scaled by the load coming and "
+            "by the longer steps of busier replicas)"
         )
     if trusted is not None and by_model is not None and trusted > by_model:
         why += (
@@ -286,18 +291,50 @@ def size(
 
 
 def _slot_replicas(
-    slots: BatchSlots | None, served: float, coming: float, limit: int, tunables: Tunables
+    slots: BatchSlots | None,
+    served: float,
+    coming: float,
+    margin: float,
+    pods: int,
+    capacity: float,
+    limit: int,
+    tunables: Tunables,
 ) -> int | None:
-    """The fewest replicas whose batch slots hold the requests that will run at once: those
-    running now, scaled by the load coming over the load served, plus `slot_scatter`
-    standard deviations of their Poisson scatter (square-root staffing over the slots)."""
+    """The fewest replicas whose batch slots hold the requests that will run at once, with
+    `slot_scatter` standard deviations of their Poisson scatter (square-root staffing over
+    the slots).
+
+    The requests running now are scaled by the load coming over the load served, and by how
+    much longer each stays at the candidate count: a step carries every running sequence's
+    next token, so a replica busy a fraction u of its `capacity` (tokens/s) takes steps
+    1 / (1 − u) times its idle step, and a request's time on it grows with them (simulated
+    A100, 4.5 req/s of 1.1k tokens: 1.23 s at 2 replicas, 1.56 s at 1, the ratio 1.27 this
+    predicts). Without that stretch the count that the requests running at N replicas call
+    for is too low for N − 1, and a fleet whose slots bind steps in and straight back out.
+    Never shrunk below the requests running now: a replica near saturation reads a capacity
+    too close to its load for the stretch to shorten anything reliably."""
     if not tunables.use_slot_sizing or slots is None or slots.max_batch <= 0:
         return None
     if not (math.isfinite(slots.running) and slots.running > 0 and served > 0):
         return None
-    concurrent = slots.running * coming / served
-    spread = concurrent + tunables.slot_scatter * math.sqrt(concurrent)
-    return max(1, _whole(spread / slots.max_batch, limit))
+    at_load = slots.running * coming / served
+    spare_now = 1.0 - served / (max(1, pods) * capacity)
+
+    def fits(replicas: int) -> bool:
+        if replicas >= pods:
+            concurrent, scatter = at_load, tunables.slot_scatter
+        else:
+            spare = 1.0 - served / (replicas * capacity)
+            if spare <= 0.0:
+                return False
+            concurrent = at_load * margin * max(1.0, spare_now / spare)
+            scatter = tunables.slot_scale_in_scatter
+        spread = concurrent + scatter * math.sqrt(concurrent)
+        return spread <= replicas * slots.max_batch + 1e-9
+
+    spread_now = at_load + tunables.slot_scatter * math.sqrt(at_load)
+    fewest = max(1, _whole(spread_now / slots.max_batch, limit))
+    return next((n for n in range(fewest, limit) if fits(n)), limit)
 
 
 def _proven_replicas(
