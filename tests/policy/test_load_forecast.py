@@ -54,6 +54,26 @@ def test_a_burst_is_remembered_only_when_it_comes_back_after_a_start_up() -> Non
     assert recent_peak(two, NOW, TUNABLES, gap_s=60.0) == high
 
 
+def test_one_step_up_and_back_down_is_one_burst_however_its_level_scatters() -> None:
+    """The e2e load step (4 → 16 → 4 req/s, an evaluation every 5 s, a 3 s start-up): once
+    the low half fills the memory, the median lies between the two levels and the burst
+    threshold inside the high one. Its scatter crossing the threshold is one burst, since
+    the load never fell back near the median between; it had read as bursts that recur,
+    and the fleet went back to its peak count a minute after stepping in."""
+    low, high = 4400.0, 17600.0
+    scatter = [0.94, 1.06, 0.97, 1.03, 0.95, 1.05, 0.98, 1.02]
+    rise, fall = [8000.0, 10000.0], [14000.0, 12300.0]  # estimates while it turns
+    level = [high * scatter[i % len(scatter)] for i in range(24)]
+    stepped = [low] * 12 + rise + level + fall + [low] * 12
+    loads = history(stepped, every_s=5.0)
+    median = sorted(stepped)[len(stepped) // 2]
+    assert min(level) < TUNABLES.burst_factor * median < max(level)
+    assert recent_peak(loads, NOW, TUNABLES, gap_s=3.0) == 0.0
+    # Two steps, each back to the calm level between, still recur.
+    twice = [low] * 20 + [high] * 8 + [low] * 12 + [high] * 8 + [low] * 12
+    assert recent_peak(history(twice, every_s=5.0), NOW, TUNABLES, gap_s=3.0) == high
+
+
 def test_while_a_backlog_drains_the_arrivals_are_the_served_rate_less_the_drain() -> None:
     """Pods that came up in a burst serve the backlog on top of the arrivals: counting what
     they serve as arrivals, and the backlog again as work to drain, asked for 16 replicas

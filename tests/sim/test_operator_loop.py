@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 
 from slascaler.policy import Tunables
 from slascaler_sim.benchmark import SLASCALER, Outcome, Plan, plan_of, run_controller, run_policy
@@ -103,6 +104,42 @@ def test_a_fleet_whose_batch_slots_bind_settles_without_oscillation() -> None:
     changes = sum(1 for a, b in itertools.pairwise(desired) if a != b)
     assert changes <= 2, f"{changes} replica changes after 10 minutes: {sorted(set(desired))}"
     assert result.attainment is not None and result.attainment >= 0.99
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_a_load_step_up_and_back_down_only_steps_in_after_it(seed: int) -> None:
+    """The e2e suite's load step in the loop: 4 → 16 → 4 req/s of about 1000/100 tokens on an
+    A100 with max batch size 16, evaluations every 5 s and a 3 s start-up (KWOK pods). Once
+    the load is back at 4 req/s the fleet only steps in: the batch slots must not read the
+    window's departed pods as a count to hold, nor the burst memory one step as bursts that
+    recur (either stepped it back up: 1 → 2 five seconds after a scale-in, 2 → 3 a minute
+    after the next)."""
+    rng = np.random.default_rng(seed)
+    lengths = [
+        TraceRow(0.0, int(1000 * rng.uniform(0.8, 1.2)), int(100 * rng.uniform(0.8, 1.2)))
+        for _ in range(2000)
+    ]
+    requests = modulated_poisson(
+        lambda t: 16.0 if 120.0 <= t < 300.0 else 4.0, 16.0, 900.0, lengths, seed=seed
+    )
+    controller = OperatorController(
+        {
+            "objectives": {"ttft": {"thresholdMs": 500}},
+            "replicas": {"min": 1, "max": 6},
+            "window": "20s",
+            "behavior": {"scaleUpCooldown": "10s", "scaleDownStabilization": "45s"},
+        },
+        period_s=5.0,
+    )
+    result = simulate(
+        requests, controller, PROFILES["llama3-8b-a100"], EngineSettings(16, 2048),
+        1, 3.0, 900.0, 500.0,
+    )  # fmt: skip
+    peak = max(s.desired for s in result.timeline)
+    after = [s.desired for s in result.timeline if s.at >= 300.0]
+    assert peak >= 3
+    assert all(b <= a for a, b in itertools.pairwise(after)), after
+    assert after[-1] < peak
 
 
 def conversation_on_an_a100(knobs: dict[str, dict[str, int]]) -> Scenario:

@@ -131,20 +131,29 @@ def recent_peak(
     history: tuple[tuple[float, float], ...], now: float, tunables: Tunables, gap_s: float
 ) -> float:
     """The `burst_quantile` of the load over the last `burst_memory_s`, when bursts recur
-    there (at least `recurring_bursts` stretches above `burst_factor` × the median, apart by
-    at least `gap_s` — a start-up delay: a burst whose estimate dips for less is one burst,
-    and capacity kept through so short a dip is what following it does anyway); 0
-    otherwise: a single burst is followed, not held for."""
+    there (at least `recurring_bursts` stretches above `burst_factor` × the median, each
+    after the load fell back to the median for longer than `gap_s` — a start-up delay: a
+    burst whose estimate dips for less is one burst, and capacity kept through so short a
+    dip is what following it does anyway); 0 otherwise: a single burst is followed, not
+    held for.
+
+    A burst ends only where the load is back at the median, not where it dips under the
+    burst threshold: once a step up and back down fills half the memory, the median lies
+    between the two levels, the threshold inside the high one, and its noise crossing the
+    threshold read as bursts that recur (the e2e load step, 4 → 16 → 4 req/s with 5 s
+    evaluations and a 3 s start-up, went back to its peak count a minute after stepping in)."""
     recent = [(t, w) for t, w in sorted(history) if now - t <= tunables.burst_memory_s]
     if not recent:
         return 0.0
     ordered = sorted(w for _, w in recent)
     median = ordered[len(ordered) // 2]
-    bursts, last_high = 0, -math.inf
+    bursts, last_high, in_burst = 0, -math.inf, False
     for t, w in recent:
         if w > tunables.burst_factor * median:
-            bursts += t - last_high > gap_s
-            last_high = t
+            bursts += not in_burst and t - last_high > gap_s
+            last_high, in_burst = t, True
+        elif w <= (1 + tunables.burst_factor) / 2 * median:
+            in_burst = False
     if bursts < tunables.recurring_bursts:
         return 0.0
     return ordered[min(len(ordered) - 1, int(tunables.burst_quantile * len(ordered)))]
@@ -227,7 +236,8 @@ def size(
     if proven is not None and count is not None and without_backlog is not None:
         count, without_backlog = min(count, proven), min(without_backlog, proven)
     for_slots = _slot_replicas(
-        slots, load.work, predicted, headroom, load.pods, model.capacity, limit, tunables
+        slots, load.work, predicted, headroom, load.pods,
+        provisioned if provisioned is not None else load.pods, model.capacity, limit, tunables,
     )
     if for_slots is not None and count is not None and without_backlog is not None:
         count, without_backlog = max(count, for_slots), max(without_backlog, for_slots)
@@ -296,23 +306,27 @@ def _slot_replicas(
     coming: float,
     margin: float,
     pods: int,
+    current: int,
     capacity: float,
     limit: int,
     tunables: Tunables,
 ) -> int | None:
     """The fewest replicas whose batch slots hold the requests that will run at once, with
     `slot_scatter` standard deviations of their Poisson scatter (square-root staffing over
-    the slots).
+    the slots): those running now over the `pods` that served the window, scaled by the load
+    `coming` over the load `served`.
 
-    The requests running now are scaled by the load coming over the load served, and by how
-    much longer each stays at the candidate count: a step carries every running sequence's
-    next token, so a replica busy a fraction u of its `capacity` (tokens/s) takes steps
-    1 / (1 − u) times its idle step, and a request's time on it grows with them (simulated
-    A100, 4.5 req/s of 1.1k tokens: 1.23 s at 2 replicas, 1.56 s at 1, the ratio 1.27 this
-    predicts). Without that stretch the count that the requests running at N replicas call
-    for is too low for N − 1, and a fleet whose slots bind steps in and straight back out.
-    Never shrunk below the requests running now: a replica near saturation reads a capacity
-    too close to its load for the stretch to shorten anything reliably."""
+    A count below `current` (the replicas provisioned now) is a scale-in, and holds more:
+    the requests are taken at the load with its forecast `margin`, with
+    `slot_scale_in_scatter` standard deviations, and stretched by how much longer each stays
+    there. A step carries every running sequence's next token, so a replica busy a fraction
+    u of its `capacity` (tokens/s) takes steps 1 / (1 − u) times its idle one, and a
+    request's time on it grows with them (simulated A100, 4.5 req/s of 1.1k tokens: 1.23 s
+    at 2 replicas, 1.56 s at 1, the ratio 1.27 this predicts). Carried unchanged, the
+    requests running at N + 1 replicas call for N where at N they call for N + 1, and a
+    fleet whose slots bind steps in and straight back out. More replicas are not credited
+    with shorter stays: a replica near saturation reads a capacity too close to its load
+    for the stretch to shorten anything reliably."""
     if not tunables.use_slot_sizing or slots is None or slots.max_batch <= 0:
         return None
     if not (math.isfinite(slots.running) and slots.running > 0 and served > 0):
@@ -321,7 +335,7 @@ def _slot_replicas(
     spare_now = 1.0 - served / (max(1, pods) * capacity)
 
     def fits(replicas: int) -> bool:
-        if replicas >= pods:
+        if replicas >= current:
             concurrent, scatter = at_load, tunables.slot_scatter
         else:
             spare = 1.0 - served / (replicas * capacity)
