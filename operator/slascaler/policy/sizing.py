@@ -326,22 +326,25 @@ def _slot_replicas(
     requests running at N + 1 replicas call for N where at N they call for N + 1, and a
     fleet whose slots bind steps in and straight back out. More replicas are not credited
     with shorter stays: a replica near saturation reads a capacity too close to its load
-    for the stretch to shorten anything reliably."""
+    for the stretch to shorten anything reliably. Without a capacity there is no stretch."""
     if not tunables.use_slot_sizing or slots is None or slots.max_batch <= 0:
         return None
     if not (math.isfinite(slots.running) and slots.running > 0 and served > 0):
         return None
     at_load = slots.running * coming / served
-    spare_now = 1.0 - served / (max(1, pods) * capacity)
+    known = math.isfinite(capacity) and capacity > 0
 
     def fits(replicas: int) -> bool:
         if replicas >= current:
             concurrent, scatter = at_load, tunables.slot_scatter
         else:
-            spare = 1.0 - served / (replicas * capacity)
-            if spare <= 0.0:
-                return False
-            concurrent = at_load * margin * max(1.0, spare_now / spare)
+            stretch = 1.0
+            if known:
+                spare = 1.0 - served / (replicas * capacity)
+                if spare <= 0.0:
+                    return False
+                stretch = max(1.0, (1.0 - served / (max(1, pods) * capacity)) / spare)
+            concurrent = at_load * margin * stretch
             scatter = tunables.slot_scale_in_scatter
         spread = concurrent + scatter * math.sqrt(concurrent)
         return spread <= replicas * slots.max_batch + 1e-9
