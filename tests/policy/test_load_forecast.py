@@ -74,6 +74,33 @@ def test_one_step_up_and_back_down_is_one_burst_however_its_level_scatters() -> 
     assert recent_peak(history(twice, every_s=5.0), NOW, TUNABLES, gap_s=3.0) == high
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    low=st.floats(100.0, 10_000.0),
+    ratio=st.floats(2.0, 10.0),
+    scatter=st.lists(st.floats(0.9, 1.1), min_size=2, max_size=60),
+    calm_before=st.integers(0, 60),
+    calm_after=st.integers(0, 60),
+    every_s=st.floats(1.0, 30.0),
+    gap_s=st.floats(0.0, 120.0),
+)
+def test_a_single_burst_is_never_held_for(
+    low: float,
+    ratio: float,
+    scatter: list[float],
+    calm_before: int,
+    calm_after: int,
+    every_s: float,
+    gap_s: float,
+) -> None:
+    """However often the load is sampled, however short the start-up, and whichever level the
+    median lands on: one stretch at a high level that scatters ±10% is one burst, followed,
+    not held for."""
+    burst = [low * ratio * f for f in scatter]
+    loads = [low] * calm_before + burst + [low] * calm_after
+    assert recent_peak(history(loads, every_s), NOW, TUNABLES, gap_s) == 0.0
+
+
 def test_while_a_backlog_drains_the_arrivals_are_the_served_rate_less_the_drain() -> None:
     """Pods that came up in a burst serve the backlog on top of the arrivals: counting what
     they serve as arrivals, and the backlog again as work to drain, asked for 16 replicas
