@@ -110,7 +110,8 @@ def test_the_slots_only_ever_add_replicas(
         # A scale-out goes exactly to the replicas whose slots hold 2 standard deviations;
         # below the count serving now, a scale-in may stop anywhere up to that count.
         concurrent = running * load.arriving_work / load.work
-        out = math.ceil((concurrent + 2 * math.sqrt(concurrent)) / batch - 1e-9)
+        spread = concurrent + TUNABLES.slot_scatter * math.sqrt(concurrent)
+        out = math.ceil(spread / batch - 1e-9)
         out = min(out, 4 * SLA.replicas.max)  # the sizing's bound
         if out >= pods:
             assert held.replicas == out

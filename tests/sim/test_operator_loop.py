@@ -74,6 +74,16 @@ def test_constant_load_settles_without_oscillation() -> None:
     assert result.attainment is not None and result.attainment >= 0.97
 
 
+def e2e_lengths(seed: int) -> list[TraceRow]:
+    """Prompt and output lengths as the e2e suite's engines draw them (`e2e.engines.Load`):
+    1000 and 100 tokens, ±20% uniform."""
+    rng = np.random.default_rng(seed)
+    return [
+        TraceRow(0.0, int(1000 * rng.uniform(0.8, 1.2)), int(100 * rng.uniform(0.8, 1.2)))
+        for _ in range(2000)
+    ]
+
+
 def test_a_fleet_whose_batch_slots_bind_settles_without_oscillation() -> None:
     """Max batch size 16 on an A100 at a constant 5.5 req/s of about 1000/100 tokens, the
     e2e suite's load-step settings (20 s windows, 45 s scale-down stabilization): one
@@ -82,12 +92,7 @@ def test_a_fleet_whose_batch_slots_bind_settles_without_oscillation() -> None:
     at two replicas to one unchanged, so it stepped in to one and straight back out: 88
     changes here, 9 to 25 in 20 minutes on seeds 1-8 of a 30-minute run.)"""
     duration = 7200.0
-    rng = np.random.default_rng(5)
-    lengths = [
-        TraceRow(0.0, int(1000 * rng.uniform(0.8, 1.2)), int(100 * rng.uniform(0.8, 1.2)))
-        for _ in range(2000)
-    ]
-    requests = modulated_poisson(lambda t: 5.5, 5.5, duration, lengths, seed=5)
+    requests = modulated_poisson(lambda t: 5.5, 5.5, duration, e2e_lengths(5), seed=5)
     controller = OperatorController(
         {
             "objectives": {"ttft": {"thresholdMs": 500}},
@@ -114,13 +119,8 @@ def test_a_load_step_up_and_back_down_only_steps_in_after_it(seed: int) -> None:
     window's departed pods as a count to hold, nor the burst memory one step as bursts that
     recur (either stepped it back up: 1 → 2 five seconds after a scale-in, 2 → 3 a minute
     after the next)."""
-    rng = np.random.default_rng(seed)
-    lengths = [
-        TraceRow(0.0, int(1000 * rng.uniform(0.8, 1.2)), int(100 * rng.uniform(0.8, 1.2)))
-        for _ in range(2000)
-    ]
     requests = modulated_poisson(
-        lambda t: 16.0 if 120.0 <= t < 300.0 else 4.0, 16.0, 900.0, lengths, seed=seed
+        lambda t: 16.0 if 120.0 <= t < 300.0 else 4.0, 16.0, 900.0, e2e_lengths(seed), seed=seed
     )
     controller = OperatorController(
         {
