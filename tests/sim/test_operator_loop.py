@@ -17,7 +17,7 @@ from slascaler_sim.benchmark import SLASCALER, Outcome, Plan, plan_of, run_contr
 from slascaler_sim.cluster import SimCluster
 from slascaler_sim.fleet import EngineSettings
 from slascaler_sim.profiles import PROFILES
-from slascaler_sim.run import DEPLOYMENT, NAMESPACE, OperatorController, simulate
+from slascaler_sim.run import DEPLOYMENT, NAMESPACE, OperatorController, RunResult, simulate
 from slascaler_sim.suite import DEFAULT_KNOBS, Scenario, trace_scenario
 from slascaler_sim.workload import TraceRow, load_trace, modulated_poisson, read_trace, step_rate
 
@@ -49,6 +49,12 @@ def test_a_simulated_run_writes_the_status_and_posts_events() -> None:
     assert status["lastAction"]["change"] == scale_events[-1]["message"].split(":")[0]
 
 
+def replica_changes_after(result: RunResult, at_s: float) -> tuple[int, list[int]]:
+    """How often the desired count changed from `at_s` on, and the counts it took."""
+    desired = [s.desired for s in result.timeline if s.at >= at_s]
+    return sum(1 for a, b in itertools.pairwise(desired) if a != b), sorted(set(desired))
+
+
 def test_constant_load_settles_without_oscillation() -> None:
     """Two hours of constant Poisson load: after the first 10 minutes at most two replica
     changes (the control-quality issue's stability criterion), and the SLA held."""
@@ -68,9 +74,8 @@ def test_constant_load_settles_without_oscillation() -> None:
         requests, controller, PROFILES["llama3-8b-a100"], EngineSettings(256, 2048),
         3, 60.0, duration, 500.0,
     )  # fmt: skip
-    desired = [s.desired for s in result.timeline if s.at >= 600.0]
-    changes = sum(1 for a, b in itertools.pairwise(desired) if a != b)
-    assert changes <= 2, f"{changes} replica changes after 10 minutes: {sorted(set(desired))}"
+    changes, counts = replica_changes_after(result, 600.0)
+    assert changes <= 2, f"{changes} replica changes after 10 minutes: {counts}"
     assert result.attainment is not None and result.attainment >= 0.97
 
 
@@ -105,9 +110,8 @@ def test_a_fleet_whose_batch_slots_bind_settles_without_oscillation() -> None:
         requests, controller, PROFILES["llama3-8b-a100"], EngineSettings(16, 2048),
         6, 5.0, duration, 500.0,
     )  # fmt: skip
-    desired = [s.desired for s in result.timeline if s.at >= 600.0]
-    changes = sum(1 for a, b in itertools.pairwise(desired) if a != b)
-    assert changes <= 2, f"{changes} replica changes after 10 minutes: {sorted(set(desired))}"
+    changes, counts = replica_changes_after(result, 600.0)
+    assert changes <= 2, f"{changes} replica changes after 10 minutes: {counts}"
     assert result.attainment is not None and result.attainment >= 0.99
 
 
