@@ -8,6 +8,7 @@ changed (no duplicate action after a restart, none during a quiet period or a ho
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import threading
 import time
@@ -21,6 +22,7 @@ class Change:
     at: float  # time.monotonic()
     replicas: int
     args: tuple[str, ...]
+    wall: datetime.datetime  # the same instant in UTC, to read beside the cluster's Events
 
 
 class DeploymentHistory:
@@ -43,7 +45,9 @@ class DeploymentHistory:
     def _read(self) -> None:
         deployment = self.kube.apps.read_namespaced_deployment(self.name, self.namespace)
         args = tuple(deployment.spec.template.spec.containers[0].args or ())
-        now = Change(time.monotonic(), deployment.spec.replicas, args)
+        now = Change(
+            time.monotonic(), deployment.spec.replicas, args, datetime.datetime.now(datetime.UTC)
+        )
         with self._lock:
             last = self.changes[-1] if self.changes else None
             if last is None or (last.replicas, last.args) != (now.replicas, now.args):
@@ -68,6 +72,15 @@ class DeploymentHistory:
             for a, b in itertools.pairwise(changes)
             if a.replicas != b.replicas
         ]
+
+    def story(self) -> str:
+        """Every replica change, one line each with its UTC time, for a failure message."""
+        changes = self.snapshot()
+        return "\n".join(
+            f"{b.wall:%H:%M:%S} replicas {a.replicas}→{b.replicas}"
+            for a, b in itertools.pairwise(changes)
+            if a.replicas != b.replicas
+        )
 
     def args_changes(self) -> int:
         changes = self.snapshot()

@@ -137,9 +137,27 @@ class SLAWatch:
             self.namespace, field_selector=f"involvedObject.name={self.name}"
         ).items
         return [
-            {"type": e.type, "reason": e.reason, "message": e.message, "source": e.source.component}
+            {
+                "type": e.type,
+                "reason": e.reason,
+                "message": e.message,
+                "source": e.source.component,
+                "count": e.count or 1,
+                "at": e.last_timestamp or e.event_time or e.first_timestamp,
+            }
             for e in items
         ]
+
+    def story(self) -> str:
+        """Every Event on the SLA, oldest first, one line each with its time and count: what a
+        failing scenario prints, so that CI's log says why each step was taken."""
+        events = sorted(self.events(), key=lambda e: (e["at"] is None, e["at"] or 0))
+        return "\n".join(
+            f"{e['at']:%H:%M:%S} ×{e['count']} {e['reason']}: {e['message']}"
+            if e["at"] is not None
+            else f"? ×{e['count']} {e['reason']}: {e['message']}"
+            for e in events
+        )
 
     def wait_event(self, reason: str, timeout: float = 60) -> dict[str, Any]:
         return poll(

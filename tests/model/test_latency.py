@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -99,6 +100,42 @@ def test_a_mix_that_lowers_the_ttft_is_not_believed() -> None:
     plain = [LoadPoint(p.at, p.work, p.ttft_ms, p.itl_ms, p.replicas) for p in falling]
     model = fit_latency(falling, 12000.0, 1000.0, 900.0, 0.0, 0.0)
     assert model == fit_latency(plain, 12000.0, 1000.0, 900.0, 0.0, 0.0)
+
+
+def test_a_rise_with_the_mix_within_the_scatter_is_not_believed() -> None:
+    """The e2e load step: windows at 4 req/s over 1-4 replicas, TTFT 100 ± 5 ms, mixes within
+    ±2% of 1.1k tokens, and two windows whose requests waited for batch slots (2.9 s) that
+    happened to bring a few tokens more. Fitted with the mix, m was 17.5 ms per token and the
+    floor moved from 37 to 720 ms between a window's mix and the next."""
+    rng = np.random.default_rng(7)
+    counts = [1] * 8 + [2] * 8 + [3] * 8 + [4] * 6 + [3] * 4 + [2] * 3
+    windows = [
+        LoadPoint(1000.0 + 5 * i, 4400.0 / n, 100.0 + rng.normal(0.0, 5.0), math.nan, n,
+                  1100.0 + rng.uniform(-20.0, 20.0))
+        for i, n in enumerate(counts)
+    ]  # fmt: skip
+    waited = [LoadPoint(1100.0 + 5 * i, 3925.0, 2900.0 + 50 * i, math.nan, 4, 1112.0 + 3 * i)
+              for i in range(2)]  # fmt: skip
+    model = fit_latency(windows + waited, 15100.0, 1300.0, 900.0, 0.3, 0.2)
+    assert model is not None
+    assert model.at_mix(1127.0).ttft.floor == model.at_mix(1088.0).ttft.floor
+
+
+def test_a_rise_with_the_mix_that_stands_out_of_the_scatter_is_believed() -> None:
+    # The superposed trace: hours of long code prompts among conversation ones; 20 ms of
+    # scatter on each window does not hide 0.25 ms per token over a 1k-token spread.
+    rng = np.random.default_rng(3)
+    mixes = rng.uniform(800.0, 1800.0, 30)
+    works = rng.uniform(2000.0, 9000.0, 30)
+    windows = [
+        LoadPoint(1000.0, w, 300.0 + 0.25 * (t - 1300.0) + 100.0 * contention(w, 12000.0, 4)
+                  + rng.normal(0.0, 20.0), math.nan, 4, t)
+        for w, t in zip(works, mixes, strict=True)
+    ]  # fmt: skip
+    model = fit_latency(windows, 12000.0, 1000.0, 900.0, 0.3, 0.2)
+    assert model is not None
+    assert model.ttft.per_token == pytest.approx(0.25, rel=0.2)
+    assert model.at_mix(1800.0).ttft.floor > model.at_mix(800.0).ttft.floor + 200.0
 
 
 def test_replicas_for_is_the_fewest_that_meet_the_targets() -> None:

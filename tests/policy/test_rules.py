@@ -575,6 +575,24 @@ def test_a_window_holding_requests_queued_before_a_scale_up_teaches_the_model_no
     assert point.replicas == 5
 
 
+def test_a_window_whose_requests_filled_the_batch_slots_teaches_the_model_nothing() -> None:
+    """Requests that wait for a batch slot wait whatever the replicas' token throughput: such
+    a window's TTFT is no contention the model describes (e2e scenario 1: two windows of
+    2.9 s at a quarter of the token throughput, 59 requests running in 4 × 16 slots, then
+    "TTFT ≈ 96 + 1474·z(u)/√replicas" and a fleet that scaled from 2 back to 6 at 100 ms).
+    Five pods of 64 slots: 310 running (with 2σ of scatter, 345) bind them, 280 (313) not."""
+    samples = source_scenario("low-load", 200, seed=1)
+    state = PolicyState(fleet(replicas=5), settled(last_scale_up_at=LONG_AGO))
+    full = window(samples, 5, running=310.0, waiting=0.0, waiting_now=0.0)
+    assert decide(spec(), full, state, NOW).memory_if_held.load_points == ()
+    room = window(samples, 5, running=280.0, waiting=0.0, waiting_now=0.0)
+    (point,) = decide(spec(), room, state, NOW).memory_if_held.load_points
+    assert point.replicas == 5
+    # Without a known max batch size the slots are not judged.
+    blind = PolicyState(fleet(replicas=5, max_batch_size=None), settled(last_scale_up_at=LONG_AGO))
+    assert len(decide(spec(), full, blind, NOW).memory_if_held.load_points) == 1
+
+
 def test_a_window_that_began_before_the_new_pods_were_ready_teaches_the_model_nothing() -> None:
     """The scale-up was written long enough ago, but its pods became ready only 30 s ago: the
     window's first half was served by the old count (in the step scenario this taught the

@@ -53,6 +53,8 @@ from dataclasses import dataclass, replace
 from slascaler.model.chunking import StepCost, estimate_step_cost
 
 MAX_UTILISATION = 0.95  # never plan a replica closer to saturation than this
+# Standard errors the fitted rise of the floor with the mix must clear to be believed.
+MIX_SIGNIFICANCE = 2.0
 
 
 @dataclass(frozen=True)
@@ -192,14 +194,22 @@ def _fit_with_mix(
 ) -> Curve | None:
     """min Σ w (y − a − b·x − m·(t − t̄))² + prior_weight · (b − prior_slope)², t the
     window's tokens per request and t̄ their weighted mean; the curve is y = a + b·x at the
-    mean mix. None when the mix does not vary, or does not raise the TTFT (m ≤ 0), or a or
-    b would be negative: the plain fit then stands.
+    mean mix. None when the mix does not vary, or does not raise the TTFT (m ≤ 0), or m is
+    within `MIX_SIGNIFICANCE` standard errors of 0, or a or b would be negative: the plain
+    fit then stands.
 
     A busier window is often one of longer requests (in tokens/s the two move together), and
     a longer request's own prefill raises the tail whatever the replicas: fitted on x alone,
     the slope takes the floor's rise for contention's, and the model overstates what one
     replica fewer would cost. The residual stays that of y − a − b·x: the mix changes from
-    window to window, and the margin is for that scatter too."""
+    window to window, and the margin is for that scatter too.
+
+    Where the windows' mixes hardly differ, the slightest correlation of their TTFTs with
+    the mix makes m large, and the floor moves far with a window's mix: in the e2e load
+    step, mixes within ±2% of 1.1k tokens and two windows the fleet spent waiting for batch
+    slots gave m = 11 ms per token, and a floor that moved from 96 to 536 ms between windows
+    at 4 req/s; the fleet scaled from 2 replicas back to 6, the TTFT at 100 ms all along.
+    The significance test asks that the rise stand out of the windows' scatter."""
     sw = sum(weights)
     mean_mix = sum(w * t for w, t in zip(weights, mixes, strict=True)) / sw
     ds = [t - mean_mix for t in mixes]
@@ -221,6 +231,12 @@ def _fit_with_mix(
     floor, slope, per_token = solution
     if per_token <= 0 or slope < 0 or floor < 0:
         return None
+    residuals = [
+        (w, y - floor - slope * x - per_token * d)
+        for w, x, d, y in zip(weights, xs, ds, ys, strict=True)
+    ]
+    if per_token < MIX_SIGNIFICANCE * _standard_error_of_mix(moments, residuals):
+        return None
     residual = math.sqrt(
         sum(w * (y - floor - slope * x) ** 2 for w, x, y in zip(weights, xs, ys, strict=True))
         / sw
@@ -228,17 +244,33 @@ def _fit_with_mix(
     return Curve(floor, slope, residual, len(xs), max(xs) - min(xs), per_token, mean_mix)
 
 
+def _standard_error_of_mix(
+    moments: list[list[float]], residuals: Sequence[tuple[float, float]]
+) -> float:
+    """The standard error of the mix term of a weighted least-squares fit with these normal
+    equations (`moments`) and (weight, residual) per window: σ² (M⁻¹)₂₂, σ² estimated from
+    the residuals over n − 3 degrees of freedom; infinite with too few windows to say."""
+    if len(residuals) <= 3:
+        return math.inf
+    variance = sum(w * r * r for w, r in residuals) / (len(residuals) - 3)
+    (a, b, _), (c, d, _), _ = moments
+    determinant = _det3(moments)
+    if determinant <= 0:
+        return math.inf
+    return math.sqrt(max(0.0, variance * (a * d - b * c) / determinant))
+
+
+def _det3(m: list[list[float]]) -> float:
+    return (
+        m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+        - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+        + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+    )
+
+
 def _solve3(matrix: list[list[float]], rhs: list[float]) -> tuple[float, float, float] | None:
     """Cramer's rule for a 3×3 system; None when it is (nearly) singular."""
-
-    def det(m: list[list[float]]) -> float:
-        return (
-            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
-            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
-            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
-        )
-
-    whole = det(matrix)
+    whole = _det3(matrix)
     scale = max(abs(v) for row in matrix for v in row)
     if abs(whole) <= 1e-12 * scale**3:
         return None
@@ -247,7 +279,7 @@ def _solve3(matrix: list[list[float]], rhs: list[float]) -> tuple[float, float, 
         replaced = [
             [rhs[i] if j == column else matrix[i][j] for j in range(3)] for i in range(3)
         ]
-        values.append(det(replaced) / whole)
+        values.append(_det3(replaced) / whole)
     return values[0], values[1], values[2]
 
 

@@ -8,11 +8,11 @@
 - `learn` returns the memory with this window recorded: a `LoadPoint` when the fleet was
   steady over the window (a count that did not change, no backlog hiding the arrivals, at
   the current knob values — the points of other knob values are dropped, they describe
-  another engine; with the window's tokens per request), the replica's saturated
-  throughput (from the step cost, falling more slowly than it rises, as contention makes
-  it read low; and from the served work when a backlog shows the replicas saturated), the
-  load history for the trend, how far the last forecast was off, and how long the last
-  scale-up took to be ready.
+  another engine; with the window's tokens per request) and its batch slots did not bind
+  (`slots_bind`), the replica's saturated throughput (from the step cost, falling more
+  slowly than it rises, as contention makes it read low; and from the served work when a
+  backlog shows the replicas saturated), the load history for the trend, how far the last
+  forecast was off, and how long the last scale-up took to be ready.
 
 Pure; called by `policy.decide`.
 """
@@ -165,6 +165,21 @@ def serving_steadily(
     )
 
 
+def slots_bind(observation: Observation, max_batch: int | None, tunables: Tunables) -> bool:
+    """The requests running over the window, with `slot_scatter` standard deviations of
+    their Poisson scatter, overflow the pods' batch slots (`max_batch` each): requests wait
+    for a slot. The latency model reads a window's TTFT as contention for tokens, and such a
+    wait is none: a replica at a quarter of its token throughput waited seconds in the e2e
+    load step (max batch 16, 59 requests running on 4 replicas), and those windows made
+    every later one's TTFT of 100 ms look like luck. The slot sizing covers them instead
+    (`sizing._slot_replicas`)."""
+    running = observation.running
+    if max_batch is None or max_batch <= 0 or not (math.isfinite(running) and running > 0):
+        return False
+    spread = running + tunables.slot_scatter * math.sqrt(running)
+    return spread > max(1, observation.reporting_pods) * max_batch
+
+
 def _settled(fleet: FleetState) -> bool:
     """Every pod asked for is ready, none starting, stuck or being replaced."""
     return (
@@ -242,8 +257,10 @@ def learn(
     points = memory.load_points if memory.points_knobs == knobs else ()
     capacity = memory.capacity if memory.points_knobs == knobs else None
     base = replace(memory, load_points=points, capacity=capacity, points_knobs=knobs)
-    if math.isfinite(analysis.ttft_ms) and _steady(
-        fleet, base, observation, load, now, tunables, analysis.ttft_ms
+    if (
+        math.isfinite(analysis.ttft_ms)
+        and _steady(fleet, base, observation, load, now, tunables, analysis.ttft_ms)
+        and not slots_bind(observation, fleet.max_batch_size, tunables)
     ):
         point = LoadPoint(
             now, load.work_per_pod, analysis.ttft_ms, analysis.itl_ms, load.pods,
