@@ -115,6 +115,34 @@ def test_a_fleet_whose_batch_slots_bind_settles_without_oscillation() -> None:
     assert result.attainment is not None and result.attainment >= 0.99
 
 
+@pytest.mark.parametrize(("rate", "seed"), [(4.5, 1), (4.5, 3), (5.0, 1), (5.0, 3)])
+def test_on_the_one_or_two_replica_boundary_minutes_of_stabilization_hold_the_fleet(
+    rate: float, seed: int
+) -> None:
+    """At 4.5–5 req/s with max batch 16, one replica is just too few (its slots fill) and two
+    suffice. With the e2e suite's 45 s of scale-down stabilization the fleet steps between
+    them 5–19 times in two hours (8, 5, 16 and 19 times on these four cases); with 3
+    minutes, as docs/concepts.md advises ("Slots on the way in"), at most two replica
+    changes after the first 10 minutes, and every window met."""
+    duration = 7200.0
+    requests = modulated_poisson(lambda t: rate, rate, duration, e2e_lengths(seed), seed=seed)
+    controller = OperatorController(
+        {
+            "objectives": {"ttft": {"thresholdMs": 500}},
+            "replicas": {"min": 1, "max": 6},
+            "window": "20s",
+            "behavior": {"scaleUpCooldown": "10s", "scaleDownStabilization": "3m"},
+        }
+    )
+    result = simulate(
+        requests, controller, PROFILES["llama3-8b-a100"], EngineSettings(16, 2048),
+        6, 5.0, duration, 500.0,
+    )  # fmt: skip
+    changes, counts = replica_changes_after(result, 600.0)
+    assert changes <= 2, f"{changes} replica changes after 10 minutes: {counts}"
+    assert result.attainment == 1.0
+
+
 @pytest.mark.parametrize("seed", [2, 3])
 def test_a_load_step_up_and_back_down_only_steps_in_after_it(seed: int) -> None:
     """The e2e suite's load step in the loop: 4 → 16 → 4 req/s of about 1000/100 tokens on an
