@@ -89,27 +89,33 @@ def e2e_lengths(seed: int) -> list[TraceRow]:
     ]
 
 
-def test_a_fleet_whose_batch_slots_bind_settles_without_oscillation() -> None:
-    """Max batch size 16 on an A100 at a constant 5.5 req/s of about 1000/100 tokens, the
-    e2e suite's load-step settings (20 s windows, 45 s scale-down stabilization): one
-    replica's slots would overflow, two hold them. Two hours, after the first 10 minutes at
-    most two replica changes, and the SLA held. (The slot sizing carried the requests running
-    at two replicas to one unchanged, so it stepped in to one and straight back out: 88
-    changes here, 9 to 25 in 20 minutes on seeds 1-8 of a 30-minute run.)"""
+def slots_on_an_a100(rate: float, seed: int, stabilization: str) -> RunResult:
+    """Two hours of a constant Poisson `rate` of the e2e engines' lengths on A100s with max
+    batch size 16, the e2e suite's load-step settings (20 s windows, 10 s scale-up cooldown)
+    but for the scale-down `stabilization`; six replicas at the start."""
     duration = 7200.0
-    requests = modulated_poisson(lambda t: 5.5, 5.5, duration, e2e_lengths(5), seed=5)
+    requests = modulated_poisson(lambda t: rate, rate, duration, e2e_lengths(seed), seed=seed)
     controller = OperatorController(
         {
             "objectives": {"ttft": {"thresholdMs": 500}},
             "replicas": {"min": 1, "max": 6},
             "window": "20s",
-            "behavior": {"scaleUpCooldown": "10s", "scaleDownStabilization": "45s"},
+            "behavior": {"scaleUpCooldown": "10s", "scaleDownStabilization": stabilization},
         }
     )
-    result = simulate(
+    return simulate(
         requests, controller, PROFILES["llama3-8b-a100"], EngineSettings(16, 2048),
         6, 5.0, duration, 500.0,
     )  # fmt: skip
+
+
+def test_a_fleet_whose_batch_slots_bind_settles_without_oscillation() -> None:
+    """5.5 req/s at the e2e suite's 45 s scale-down stabilization: one replica's slots would
+    overflow, two hold them. After the first 10 minutes at most two replica changes, and
+    the SLA held. (The slot sizing carried the requests running at two replicas to one
+    unchanged, so it stepped in to one and straight back out: 88 changes here, 9 to 25 in
+    20 minutes on seeds 1-8 of a 30-minute run.)"""
+    result = slots_on_an_a100(5.5, 5, "45s")
     changes, counts = replica_changes_after(result, 600.0)
     assert changes <= 2, f"{changes} replica changes after 10 minutes: {counts}"
     assert result.attainment is not None and result.attainment >= 0.99
@@ -119,25 +125,12 @@ def test_a_fleet_whose_batch_slots_bind_settles_without_oscillation() -> None:
 def test_on_the_one_or_two_replica_boundary_minutes_of_stabilization_hold_the_fleet(
     rate: float, seed: int
 ) -> None:
-    """At 4.5–5 req/s with max batch 16, one replica is just too few (its slots fill) and two
-    suffice. With the e2e suite's 45 s of scale-down stabilization the fleet steps between
-    them 5–19 times in two hours (8, 5, 16 and 19 times on these four cases); with 3
-    minutes, as docs/concepts.md advises ("Slots on the way in"), at most two replica
-    changes after the first 10 minutes, and every window met."""
-    duration = 7200.0
-    requests = modulated_poisson(lambda t: rate, rate, duration, e2e_lengths(seed), seed=seed)
-    controller = OperatorController(
-        {
-            "objectives": {"ttft": {"thresholdMs": 500}},
-            "replicas": {"min": 1, "max": 6},
-            "window": "20s",
-            "behavior": {"scaleUpCooldown": "10s", "scaleDownStabilization": "3m"},
-        }
-    )
-    result = simulate(
-        requests, controller, PROFILES["llama3-8b-a100"], EngineSettings(16, 2048),
-        6, 5.0, duration, 500.0,
-    )  # fmt: skip
+    """At 4.5–5 req/s one replica is just too few (its slots fill) and two suffice. With the
+    e2e suite's 45 s of scale-down stabilization the fleet steps between them 5–19 times in
+    two hours (8, 5, 16 and 19 times on these four cases); with 3 minutes, as
+    docs/concepts.md advises ("Slots on the way in"), at most two replica changes after the
+    first 10 minutes, and every window met."""
+    result = slots_on_an_a100(rate, seed, "3m")
     changes, counts = replica_changes_after(result, 600.0)
     assert changes <= 2, f"{changes} replica changes after 10 minutes: {counts}"
     assert result.attainment == 1.0
