@@ -496,8 +496,12 @@ def test_the_strategies_reach_a_scale_up_that_keeps_long_prompts_apart() -> None
             and decision.replicas_for_collisions is not None
         )
 
+    # About 0.4% of drawn cases grow the fleet for collisions (6 of 1500): the default search
+    # missed them in one CI run. Derandomized, the search is the same on every run.
     spec, fleet, memory, collided = find(
-        st.tuples(specs(), fleets(), memories(), st.integers(1, 4)), grows_for_collisions
+        st.tuples(specs(), fleets(), memories(), st.integers(1, 4)),
+        grows_for_collisions,
+        settings=settings(max_examples=5000, deadline=None, database=None, derandomize=True),
     )
     fleet, memory = _slascaler_alone(fleet, memory)
     check_invariants(_prefill_bound_spec(spec), _colliding_window(
