@@ -4,8 +4,8 @@ For every scenario and seed, the oracle's per-window requirement is computed fir
 sweep of replica counts, `sim.oracle`); every policy then starts from the oracle's
 first-minute count (what a user who sized the Deployment for the opening load would have),
 and the static and oracle policies are built from it. The runs are independent and go to a
-pool of worker processes; each returns an `Outcome`, a compact summary (per-window TTFT
-percentiles, GPU-hours, changes, a sampled timeline), never the requests themselves.
+pool of worker processes; each returns an `Outcome`, a compact summary (per-window TTFT and
+ITL percentiles, GPU-hours, changes, a sampled timeline), never the requests themselves.
 `rows` then judges every run against the oracle's own run of the same scenario and seed
 (`attainment_where_feasible`: of the windows the oracle meets, the share this policy meets).
 
@@ -40,7 +40,7 @@ from slascaler_sim.engine import Request
 from slascaler_sim.fleet import EngineSettings, Fleet
 from slascaler_sim.prefixes import assign_shared_prefixes
 from slascaler_sim.profiles import PROFILES
-from slascaler_sim.run import Controller, OperatorController, RunResult, simulate
+from slascaler_sim.run import Controller, OperatorController, RunResult, judge_windows, simulate
 from slascaler_sim.suite import Scenario
 from slascaler_sim.workload import load_trace, replay
 
@@ -191,14 +191,38 @@ class Outcome:
     duration_s: float
     timeline: tuple[tuple[float, int, int, str], ...]  # (t, desired, GPUs, regime)
     cpu_s: float
+    # Judged windows that emitted tokens: (start s, ITL percentile ms), and the ITL objective
+    # (None: the scenario declares none).
+    itl_windows: tuple[tuple[float, float], ...] = ()
+    itl_threshold_ms: float | None = None
 
     @property
     def met(self) -> frozenset[float]:
-        return frozenset(start for start, p in self.windows if p <= self.threshold_ms)
+        """The judged windows that met the SLA: TTFT and ITL (`run.judge_windows`)."""
+        verdicts = judge_windows(
+            self.windows, self.itl_windows, self.threshold_ms, self.itl_threshold_ms
+        )
+        return frozenset(start for start, met in verdicts if met)
 
     @property
     def attainment(self) -> float | None:
         return len(self.met) / len(self.windows) if self.windows else None
+
+    @property
+    def ttft_attainment(self) -> float | None:
+        """Share of the judged windows whose TTFT percentile met its objective."""
+        if not self.windows:
+            return None
+        return sum(1 for _, p in self.windows if p <= self.threshold_ms) / len(self.windows)
+
+    @property
+    def itl_attainment(self) -> float | None:
+        """Share of the windows with tokens whose ITL percentile met the ITL objective; None
+        without an ITL objective or without such a window."""
+        if self.itl_threshold_ms is None or not self.itl_windows:
+            return None
+        met = sum(1 for _, p in self.itl_windows if p <= self.itl_threshold_ms)
+        return met / len(self.itl_windows)
 
 
 def summarise(
@@ -225,6 +249,8 @@ def summarise(
         duration_s=scenario.duration_s,
         timeline=tuple((s.at, s.desired, s.gpus, s.regime) for s in result.timeline[::step]),
         cpu_s=cpu_s,
+        itl_windows=tuple(result.itl_windows),
+        itl_threshold_ms=scenario.itl_ms,
     )
 
 
@@ -236,7 +262,7 @@ def plan_of(scenario: Scenario, seed: int) -> Plan:
     """The oracle's schedule and the hindsight-best static configuration (shared runs)."""
     runs = StaticRuns(
         lambda: requests_of(scenario, seed), scenario.profile, scenario.duration_s,
-        scenario.threshold_ms, scenario.percentile,
+        scenario.threshold_ms, scenario.percentile, scenario.itl_ms,
     )  # fmt: skip
     needed = oracle_requirements(
         runs, scenario.settings, scenario.max_replicas, scenario.startup_s, scenario.gpu_limit
@@ -265,7 +291,7 @@ def run_controller(
     result = simulate(
         requests_of(scenario, seed), controller, scenario.profile, settings, initial,
         scenario.startup_s, scenario.duration_s, scenario.threshold_ms, scenario.percentile,
-        gpu_limit=scenario.gpu_limit, router=scenario.router,
+        gpu_limit=scenario.gpu_limit, router=scenario.router, itl_threshold_ms=scenario.itl_ms,
     )  # fmt: skip
     result.name = policy
     return summarise(result, scenario, seed, policy, time.process_time() - started)

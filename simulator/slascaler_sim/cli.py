@@ -219,7 +219,10 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO | None = None) -> 
             f"{len(outcomes)} runs, {wall / 60:.1f} min wall on {_cores()} cores. Every online "
             "policy starts from the oracle's first-minute replica count; 60 s start-up unless "
             "a scenario says otherwise; SLA attainment is the share of 1-minute windows (after "
-            "the first start-up) whose client-side TTFT percentile meets the objective."
+            "the first start-up) that meet both objectives: the client-side TTFT percentile of "
+            "the requests arriving in the window, and the ITL percentile of the tokens emitted "
+            "in it (the engines' histogram, as Prometheus reads it). The oracle and the "
+            "hindsight-best static configuration are sized for both."
         )
         from slascaler_sim.report import kept_section
 

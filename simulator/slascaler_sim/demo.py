@@ -57,6 +57,7 @@ def run_demo(
                 scenario.threshold_ms,
                 scenario.percentile,
                 on_tick=progress.tick,
+                itl_threshold_ms=scenario.itl_ms,
             )
         )
         err.write("\n")

@@ -1,7 +1,8 @@
 """The benchmark's tables: bench.csv, the markdown tables, the ratios and the targets.
 
 - `CSV_COLUMNS` / `write_csv`: one row per run, snake_case columns in a fixed order so other
-  tools can read them (attainment as a fraction 0–1, empty when no window was judged;
+  tools can read them (attainment as a fraction 0–1, empty when no window was judged: of the
+  SLA, both objectives in one window, and of each objective alone;
   latencies in ms, `inf` for a request never served).
 - `markdown_table`: the same runs for people ("n/a", "∞").
 - `scenario_ratios`: per scenario, slascaler's GPU-hours and attainment over the oracle's
@@ -38,6 +39,8 @@ CSV_COLUMNS = (
     "seed",
     "policy",
     "sla_attainment",
+    "ttft_attainment",
+    "itl_attainment",
     "attainment_where_feasible",
     "feasible_windows",
     "judged_windows",
@@ -55,6 +58,8 @@ HEADERS = (
     "seed",
     "policy",
     "SLA attainment",
+    "TTFT met",
+    "ITL met",
     "where feasible",
     "judged windows",
     "GPU-hours",
@@ -84,6 +89,7 @@ def csv_values(row: Row) -> list[str]:
     p50, p95, p99 = o.ttft_ms
     return [
         o.scenario, str(o.seed), o.policy, _fraction_csv(o.attainment),
+        _fraction_csv(o.ttft_attainment), _fraction_csv(o.itl_attainment),
         _fraction_csv(row.attainment_where_feasible),
         "" if row.feasible_windows is None else str(row.feasible_windows),
         str(len(o.windows)), f"{o.gpu_hours:.3f}", _ms_csv(p50), _ms_csv(p95), _ms_csv(p99),
@@ -114,6 +120,7 @@ def markdown_table(rows: Sequence[Row]) -> str:
         p50, p95, p99 = o.ttft_ms
         cells = [
             o.scenario, str(o.seed), o.policy, percent(o.attainment),
+            percent(o.ttft_attainment), percent(o.itl_attainment),
             percent(row.attainment_where_feasible), str(len(o.windows)), f"{o.gpu_hours:.2f}",
             _ms(p50), _ms(p95), _ms(p99), _ms(o.itl_p95_ms), str(o.failed_requests),
             str(o.replica_changes), str(o.rolling_restarts),
@@ -335,6 +342,28 @@ def ablations_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def objectives_table(rows: Sequence[Row]) -> str:
+    """Per scenario and policy (not the ablations; mean over seeds): the share of windows
+    that met the SLA, and of those whose TTFT and whose ITL met their own objective."""
+    policies = [p for p in dict.fromkeys(r.policy for r in rows) if p not in ABLATIONS]
+    lines = [
+        "| scenario | " + " | ".join(policies) + " |",
+        "|---|" + "---|" * len(policies),
+    ]
+    for scenario in dict.fromkeys(r.scenario for r in rows):
+        cells = []
+        for policy in policies:
+            chosen = [r.outcome for r in rows if r.scenario == scenario and r.policy == policy]
+            sla = _mean(o.attainment for o in chosen)
+            ttft = _mean(o.ttft_attainment for o in chosen)
+            itl = _mean(o.itl_attainment for o in chosen)
+            cells.append(
+                "—" if not chosen else f"{percent(sla)} ({percent(ttft)} · {percent(itl)})"
+            )
+        lines.append(f"| {scenario} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def benchmark_document(
     rows: Sequence[Row], scenarios: Sequence[Scenario], command: str, header: str
 ) -> str:
@@ -347,6 +376,8 @@ def benchmark_document(
         ratios_table(scenario_ratios(rows)),
         f"## Targets of the control-quality issue: {met} of {len(verdicts)} met\n",
         verdicts_table(verdicts),
+        "## SLA attainment by objective: the SLA (TTFT · ITL), mean over seeds\n",
+        objectives_table(rows),
         "## Ablations: each mechanism with and without (SLA attainment on GPU-hours)\n",
         ablations_table(rows) or "(run with --ablations)\n",
         "## Every run\n",

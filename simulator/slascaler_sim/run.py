@@ -8,14 +8,18 @@ cluster; the fleet then follows the Deployment (scaling, rolling updates). The b
 read the fleet's observation and scale it, as an external autoscaler scales a Deployment.
 `simulate` advances the fleet tick by tick, calls the controller every period, and returns a
 `RunResult` with the per-request outcomes, a timeline and the figures the benchmarks compare:
-TTFT SLA attainment per 1-minute window, TTFT and ITL percentiles, GPU-hours, replica changes
-and rolling restarts.
+SLA attainment per 1-minute window (`judge_windows`: the TTFT percentile of the requests that
+arrived in it, and where the SLA has an ITL objective, the ITL percentile of the tokens emitted
+in it, as Prometheus reads the engines' histogram: a window meets the SLA when both meet their
+objectives), TTFT and ITL percentiles over the run, GPU-hours, replica changes and rolling
+restarts.
 
 Called by the demo, the benchmarks and the oracle.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +38,7 @@ from slascaler_sim.cluster import SimCluster, SimDeployment
 from slascaler_sim.engine import Request
 from slascaler_sim.fleet import EngineSettings, Fleet
 from slascaler_sim.profiles import CostProfile
+from slascaler_sim.recorder import HistogramCounts
 from slascaler_sim.source import SimulatedSource
 
 TICK_S = 5.0
@@ -41,6 +46,7 @@ WINDOW_S = 60.0  # SLA attainment is judged per 1-minute window of arrivals
 UNSERVED_MS = 1e15  # stands for "never served" inside percentile arithmetic
 # A percentile this high was interpolated towards an unserved request: it is +inf.
 REACHES_UNSERVED_MS = UNSERVED_MS / 1000
+ITL_HISTOGRAM = "vllm:inter_token_latency_seconds"
 NAMESPACE = "bench"
 DEPLOYMENT = "llm"
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -133,6 +139,9 @@ class RunResult:
     skip_s: float  # windows before this (the first start-up) are not judged
     frontend_ms: float
     failed_requests: int = 0  # refused by the engines (over the context limit), never served
+    # (window start, ITL percentile ms) per judged 1-minute window in which tokens were emitted
+    itl_windows: list[tuple[float, float]] = field(default_factory=list)
+    itl_threshold_ms: float | None = None  # the ITL objective (None: the SLA has none)
 
     def client_ttft_ms(self) -> np.ndarray:
         """Arrival at the router to first token (+ frontend), inf for never served."""
@@ -165,13 +174,19 @@ class RunResult:
                 out.append((float(start), math.inf if value >= REACHES_UNSERVED_MS else value))
         return out
 
+    def window_verdicts(self) -> list[tuple[float, bool]]:
+        """(window start, whether it met the SLA) per judged window (`judge_windows`)."""
+        return judge_windows(
+            self.window_p95(), self.itl_windows, self.threshold_ms, self.itl_threshold_ms
+        )
+
     @property
     def attainment(self) -> float | None:
-        """Share of judged windows meeting the objective; None when no window was judged."""
-        windows = self.window_p95()
-        if not windows:
+        """Share of judged windows meeting the SLA; None when no window was judged."""
+        verdicts = self.window_verdicts()
+        if not verdicts:
             return None
-        return sum(1 for _, p in windows if p <= self.threshold_ms) / len(windows)
+        return sum(1 for _, met in verdicts if met) / len(verdicts)
 
     def ttft_percentiles(self) -> tuple[float, float, float]:
         ttft = self.client_ttft_ms()
@@ -197,6 +212,7 @@ def simulate(
     on_tick: Callable[[float], None] | None = None,
     cluster: SimCluster | None = None,
     router: str = "least-outstanding",
+    itl_threshold_ms: float | None = None,
 ) -> RunResult:
     """Run `requests` through a fleet under `controller` for `duration_s` virtual seconds.
 
@@ -217,10 +233,14 @@ def simulate(
     gpu_seconds = 0.0
     changes = 0
     next_control = 0.0
+    itl_marks: list[tuple[float, HistogramCounts]] = []
     now = 0.0
     while now <= duration_s:
         fleet.run_until(now)
         fleet.snapshot()
+        boundary = startup_s + WINDOW_S * len(itl_marks)  # where the next judged window starts
+        if now + 1e-9 >= boundary:
+            itl_marks.append((boundary, fleet.totals().histograms[ITL_HISTOGRAM].copy()))
         if now >= next_control:
             before = fleet.desired
             controller.control(fleet, now)
@@ -257,7 +277,41 @@ def simulate(
         skip_s=startup_s,
         frontend_ms=profile.frontend_ms,
         failed_requests=fleet.failed_requests,
+        itl_windows=window_percentiles(itl_marks, percentile),
+        itl_threshold_ms=itl_threshold_ms,
     )
+
+
+def judge_windows(
+    ttft_windows: Sequence[tuple[float, float]],
+    itl_windows: Sequence[tuple[float, float]],
+    threshold_ms: float,
+    itl_threshold_ms: float | None,
+) -> list[tuple[float, bool]]:
+    """(window start, met) per window of arrivals: its TTFT percentile within `threshold_ms`
+    and, with an ITL objective, the ITL percentile of the tokens emitted in the same minute
+    within `itl_threshold_ms` (a minute that emitted none has nothing to miss)."""
+    itl = {round(start, 3): p for start, p in itl_windows}
+    verdicts = []
+    for start, p in ttft_windows:
+        itl_p = itl.get(round(start, 3), math.nan)
+        itl_met = itl_threshold_ms is None or math.isnan(itl_p) or itl_p <= itl_threshold_ms
+        verdicts.append((start, p <= threshold_ms and itl_met))
+    return verdicts
+
+
+def window_percentiles(
+    marks: Sequence[tuple[float, HistogramCounts]], percentile: float
+) -> list[tuple[float, float]]:
+    """(window start, percentile in ms) of what a cumulative histogram (in seconds) gained
+    between consecutive marks; windows that gained nothing are left out (no token was
+    emitted: nothing to judge)."""
+    out: list[tuple[float, float]] = []
+    for (start, earlier), (_, later) in itertools.pairwise(marks):
+        gained = later.minus(earlier)
+        if gained.observations > 0:
+            out.append((start, gained.to_histogram(1000.0).quantile(percentile / 100.0)))
+    return out
 
 
 def _unfinished(fleet: Fleet) -> list[Request]:

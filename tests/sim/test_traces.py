@@ -111,7 +111,7 @@ def test_bench_on_a_short_trace_says_n_a_and_why(
     assert "mine.jsonl: a trace replayed once is the same for every seed: one run" in err
     assert "is not longer than the start-up (60 s) plus one window: no window can be judged" in err
     table = out.getvalue()
-    assert "| mine.jsonl | 1 | slascaler | n/a | n/a | 0 |" in table
+    assert "| mine.jsonl | 1 | slascaler | n/a | n/a | n/a | n/a | 0 |" in table
     assert "| 2 |" not in table
 
 

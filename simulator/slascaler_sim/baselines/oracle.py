@@ -3,8 +3,9 @@
 It is the bound an online replicas-only autoscaler can approach, not reach; it follows no
 published autoscaler. Its schedule is, per 1-minute window of arrivals, the requirement
 `baselines.profiling.window_requirements` finds in runs at fixed counts: the fewest
-always-ready replicas that meet the TTFT objective; where none up to `max_replicas` does,
-the count that gives the lowest percentile (not one: a window no count can save still hands
+always-ready replicas that meet the SLA (TTFT, and ITL where the SLA has an ITL objective);
+where none up to `max_replicas` does, the fewest that meet the TTFT objective, else the count
+that gives the lowest percentile (not one: a window no count can save still hands
 its backlog to the next, and more replicas drain it).
 
 Windows are not independent: a window's backlog carries into the next, and in a run at a
@@ -61,11 +62,8 @@ def _next_meeting_count(
 ) -> int:
     """The smallest count above `count` that met the window in a fixed-count run (one more
     when none was run): percentiles are not exactly monotone near the objective."""
-    threshold = runs.threshold_ms
     meeting = [
-        n
-        for n, run in runs.probed(settings).items()
-        if n > count and run.percentiles[window] <= threshold
+        n for n, run in runs.probed(settings).items() if n > count and runs.meets(run, window)
     ]
     return min(meeting, default=min(count + 1, max_replicas))
 
@@ -87,11 +85,12 @@ def oracle_requirements(
         result = simulate(
             runs.workload(), oracle, runs.profile, settings, oracle.target(0.0), startup_s,
             runs.duration_s, runs.threshold_ms, runs.percentile, gpu_limit=gpu_limit,
+            itl_threshold_ms=runs.itl_threshold_ms,
         )  # fmt: skip
         missed = [
             int(start // WINDOW_S)
-            for start, p in result.window_p95()
-            if p > runs.threshold_ms and int(start // WINDOW_S) < len(counts)
+            for start, met in result.window_verdicts()
+            if not met and int(start // WINDOW_S) < len(counts)
         ]
         changed = False
         for w in missed:

@@ -2,18 +2,21 @@
 
 What a careful engineer measures before deploying, with the future known: one simulated run
 of the whole workload on n always-ready replicas at fixed engine settings gives every
-1-minute window's TTFT percentile at n (`StaticRuns` makes each run at most once, so the
-oracle and the hindsight-best static search share them).
+1-minute window's TTFT percentile at n, and its ITL percentile where the SLA has an ITL
+objective (`StaticRuns` makes each run at most once, so the oracle and the hindsight-best
+static search share them; `StaticRuns.meets` judges a window as `run.judge_windows` does).
 
-`window_requirements` finds, per window, the fewest replicas that meet the objective, and
-where none up to `max_replicas` does, the count that gives the lowest percentile: the fewest
-replicas within 1% (`LOWEST_PERCENTILE_TIE`: the same minute's percentile up to noise) of the
-percentile at `max_replicas` (more replicas are assumed not to make a window slower, so the
-lowest is at the maximum). Cheaply: counts are probed by doubling (1, 2, 4, …) until every
-window is met or `max_replicas` is reached; then each window's requirement is bisected
-between the largest count that failed it and the smallest that met it, all windows at once
-(each further run is at the median of the open windows' midpoints), exactly up to 8 replicas
-and within an eighth above that. That assumes a window's percentile does not rise with more
+`window_requirements` finds, per window, the fewest replicas that meet the SLA (TTFT and
+ITL); where none up to `max_replicas` does but some count meets the TTFT objective (an ITL
+that no count brings down: the engine flags make it), the fewest that meet the TTFT
+objective; where none meets even that, the count that gives the lowest TTFT percentile: the
+fewest replicas within 1% (`LOWEST_PERCENTILE_TIE`: the same minute's percentile up to
+noise) of the percentile at `max_replicas` (more replicas are assumed not to make a window
+slower, so the lowest is at the maximum). Cheaply: counts are probed by doubling (1, 2, 4, …)
+until every window is met or `max_replicas` is reached; then each window's requirement is
+bisected between the largest count that failed it and the smallest that met it, all windows
+at once (each further run is at the median of the open windows' midpoints), exactly up to 8
+replicas and within an eighth above that. That assumes a window's percentile does not rise with more
 replicas; it takes about log2(max) runs plus a few per distinct requirement, instead of one
 per count. Windows are judged as if independent; `baselines.oracle` corrects for the
 backlog one window hands the next.
@@ -54,6 +57,8 @@ class StaticRun:
 
     percentiles: tuple[float, ...]  # per 1-minute window from t=0; NaN: no arrival in it
     itl_p95_ms: float
+    # ITL percentile per 1-minute window from t=0; NaN: no token emitted in it
+    itl_percentiles: tuple[float, ...] = ()
 
 
 @dataclass
@@ -66,6 +71,7 @@ class StaticRuns:
     duration_s: float
     threshold_ms: float
     percentile: float = 95.0
+    itl_threshold_ms: float | None = None  # the ITL objective (None: the SLA has none)
     _cache: dict[tuple[EngineSettings, int], StaticRun] = field(default_factory=dict)
 
     @property
@@ -90,8 +96,27 @@ class StaticRuns:
                     # A window with unserved requests can come back NaN (inf − inf in the
                     # interpolation): it is a missed window, not an empty one.
                     percentiles[index] = math.inf if math.isnan(value) else value
-            self._cache[key] = StaticRun(tuple(percentiles), result.itl_p95_ms)
+            itl = [math.nan] * self.windows
+            for start, value in result.itl_windows:
+                if int(start // WINDOW_S) < self.windows:
+                    itl[int(start // WINDOW_S)] = value
+            self._cache[key] = StaticRun(tuple(percentiles), result.itl_p95_ms, tuple(itl))
         return self._cache[key]
+
+    def ttft_meets(self, run: StaticRun, window: int) -> bool:
+        """The window's TTFT percentile meets the objective (an empty window needs nothing)."""
+        p = run.percentiles[window]
+        return math.isnan(p) or p <= self.threshold_ms
+
+    def meets(self, run: StaticRun, window: int) -> bool:
+        """The window meets the SLA: its TTFT and, with an ITL objective, its ITL (a minute
+        that emitted no token has nothing to miss)."""
+        if not self.ttft_meets(run, window):
+            return False
+        if self.itl_threshold_ms is None or window >= len(run.itl_percentiles):
+            return True
+        itl = run.itl_percentiles[window]
+        return math.isnan(itl) or itl <= self.itl_threshold_ms
 
     def probed(self, settings: EngineSettings) -> dict[int, StaticRun]:
         return {n: run for (s, n), run in self._cache.items() if s == settings}
@@ -99,8 +124,9 @@ class StaticRuns:
 
 @dataclass(frozen=True)
 class Requirements:
-    """Per window: the replicas the oracle needs, and whether that count meets the objective
-    (False: no count up to the maximum does; the count gives the lowest percentile)."""
+    """Per window: the replicas the oracle needs, and whether that count meets the SLA
+    (False: no count up to the maximum does; the count meets the TTFT objective alone, or
+    gives the lowest TTFT percentile)."""
 
     counts: tuple[int, ...]
     feasible: tuple[bool, ...]
@@ -122,31 +148,32 @@ def window_requirements(
     max_replicas: int,
     lowest_percentile: bool = True,
 ) -> Requirements:
-    """Per 1-minute window, the fewest always-ready replicas that meet the objective; where
-    none up to `max_replicas` does, the count with the lowest percentile (or `max_replicas`
-    when `lowest_percentile` is False: callers that only need the feasible windows)."""
-    threshold = runs.threshold_ms
+    """Per 1-minute window, the fewest always-ready replicas that meet the SLA; where none up
+    to `max_replicas` does, the fewest that meet the TTFT objective, else the count with the
+    lowest TTFT percentile (or `max_replicas` when `lowest_percentile` is False: callers that
+    only need the feasible windows)."""
     windows = runs.windows
-
-    def met(p: float) -> bool:
-        return math.isnan(p) or p <= threshold  # an empty window needs nothing
 
     # Doubling: the smallest power of two meeting every window, or the maximum.
     n = 1
     while True:
-        probe = runs.run(settings, n).percentiles
-        if all(met(p) for p in probe) or n >= max_replicas:
+        probe = runs.run(settings, n)
+        if all(runs.meets(probe, w) for w in range(windows)) or n >= max_replicas:
             break
         n = min(2 * n, max_replicas)
 
     probes = runs.probed(settings)
-    feasible = [any(met(run.percentiles[w]) for run in probes.values()) for w in range(windows)]
-    limits: list[float] = [threshold] * windows
+    feasible = [any(runs.meets(run, w) for run in probes.values()) for w in range(windows)]
+    ttft_feasible = [any(runs.ttft_meets(r, w) for r in probes.values()) for w in range(windows)]
+    limits: list[float] = [runs.threshold_ms] * windows
     for w in range(windows):
-        if not feasible[w] and lowest_percentile:
+        if not ttft_feasible[w] and lowest_percentile:
             limits[w] = probes[max_replicas].percentiles[w] * (1 + LOWEST_PERCENTILE_TIE)
 
-    def ok(w: int, p: float) -> bool:
+    def ok(w: int, run: StaticRun) -> bool:
+        if feasible[w]:
+            return runs.meets(run, w)
+        p = run.percentiles[w]
         return math.isnan(p) or p <= limits[w]
 
     # Bisection, all windows at once. lo: largest count known to fail; hi: smallest to pass.
@@ -157,20 +184,20 @@ def window_requirements(
             lo[w] = max_replicas - 1  # resolved: nothing to search
             continue
         for count, run in sorted(probes.items()):
-            if ok(w, run.percentiles[w]):
+            if ok(w, run):
                 hi[w] = min(hi[w], count)
         for count, run in sorted(probes.items()):
-            if count < hi[w] and not ok(w, run.percentiles[w]):
+            if count < hi[w] and not ok(w, run):
                 lo[w] = max(lo[w], count)
     while True:
         open_windows = [w for w in range(windows) if hi[w] - lo[w] > _resolution(lo[w])]
         if not open_windows:
             break
         count = int(statistics.median_low([(lo[w] + hi[w]) // 2 for w in open_windows]))
-        percentiles = runs.run(settings, count).percentiles
+        run = runs.run(settings, count)
         for w in open_windows:
             if lo[w] < count < hi[w]:
-                if ok(w, percentiles[w]):
+                if ok(w, run):
                     hi[w] = count
                 else:
                     lo[w] = count

@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, replace
 
 from slascaler_sim.baselines.interface import FleetView
-from slascaler_sim.baselines.profiling import StaticRuns, window_requirements
+from slascaler_sim.baselines.profiling import StaticRun, StaticRuns, window_requirements
 from slascaler_sim.fleet import EngineSettings
 from slascaler_sim.run import WINDOW_S
 
@@ -66,9 +66,14 @@ def knob_values(knobs: dict[str, dict[str, int]], name: str) -> tuple[int, ...]:
     return tuple(bounds[k] for k in ("min", "max") if k in bounds)
 
 
-def _windows_met(percentiles: tuple[float, ...], threshold_ms: float, skip_s: float) -> int:
+def _windows_met(runs: StaticRuns, run: StaticRun, skip_s: float) -> int:
+    """The windows of arrivals from `skip_s` on that met the SLA (`StaticRuns.meets`)."""
     first = math.ceil(skip_s / WINDOW_S - 1e-9)
-    return sum(1 for p in percentiles[first:] if not math.isnan(p) and p <= threshold_ms)
+    return sum(
+        1
+        for w in range(first, len(run.percentiles))
+        if not math.isnan(run.percentiles[w]) and runs.meets(run, w)
+    )
 
 
 def _best_count(
@@ -81,7 +86,7 @@ def _best_count(
     judged = range(first, len(requirements.counts))
     count = max((requirements.counts[w] for w in judged if requirements.feasible[w]), default=1)
     run = runs.run(settings, count)
-    met = _windows_met(run.percentiles, runs.threshold_ms, skip_s)
+    met = _windows_met(runs, run, skip_s)
     return StaticChoice(count, settings, met, run.itl_p95_ms)
 
 
@@ -93,7 +98,7 @@ def _fewest_for_most(
     more replicas); every run already made at these settings narrows the search."""
 
     def met(n: int) -> int:
-        return _windows_met(runs.run(settings, n).percentiles, runs.threshold_ms, skip_s)
+        return _windows_met(runs, runs.run(settings, n), skip_s)
 
     most = met(max_replicas)
     known = {n: met(n) for n in runs.probed(settings)}
@@ -123,7 +128,7 @@ def hindsight_best_static(
 
     def score(candidate: EngineSettings) -> tuple[bool, int]:
         run = runs.run(candidate, count)
-        return run.itl_p95_ms <= itl_ms, _windows_met(run.percentiles, runs.threshold_ms, skip_s)
+        return run.itl_p95_ms <= itl_ms, _windows_met(runs, run, skip_s)
 
     best, best_score = settings, score(settings)
     for knob in ("chunkSize", "maxBatchSize"):  # one knob at a time, chunk size first
