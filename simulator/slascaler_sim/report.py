@@ -10,6 +10,8 @@
   GPU-hours), averaged over seeds.
 - `target_verdicts`: each target of the control-quality issue, per scenario and seed, met
   or missed and by how much.
+- `objectives_table`: per scenario and policy, the share of windows that met the SLA, and
+  that met each objective (TTFT, ITL) on its own.
 - `benchmark_document`: all of it as `docs/benchmark.md`.
 - `pool_table` / `pool_section`: the shared-GPU-pool benchmark (`sim.pool_bench`): per
   arrangement each model's attainment, the priority-weighted attainment, the pool's GPU

@@ -16,10 +16,10 @@ slower, so the lowest is at the maximum). Cheaply: counts are probed by doubling
 until every window is met or `max_replicas` is reached; then each window's requirement is
 bisected between the largest count that failed it and the smallest that met it, all windows
 at once (each further run is at the median of the open windows' midpoints), exactly up to 8
-replicas and within an eighth above that. That assumes a window's percentile does not rise with more
-replicas; it takes about log2(max) runs plus a few per distinct requirement, instead of one
-per count. Windows are judged as if independent; `baselines.oracle` corrects for the
-backlog one window hands the next.
+replicas and within an eighth above that. That assumes a window's percentiles do not rise
+with more replicas; it takes about log2(max) runs plus a few per distinct requirement,
+instead of one per count. Windows are judged as if independent; `baselines.oracle` corrects
+for the backlog one window hands the next.
 
 Called by `baselines.oracle` and `baselines.static`.
 """
