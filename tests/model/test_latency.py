@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 
 from slascaler.model.latency import (
     MAX_UTILISATION,
+    ItlEvidence,
     LoadPoint,
     contention,
     fit_latency,
-    itl_met_work,
+    itl_evidence,
     replicas_for,
 )
 
@@ -159,13 +160,13 @@ def itl_step(work: float) -> float:
 def test_windows_that_met_the_itl_target_hold_against_a_line_through_the_jump() -> None:
     works = [500.0, 1300.0, 1800.0, 2900.0, 3400.0, 3600.0]
     seen = [LoadPoint(1000.0 - i, w, 700.0, itl_step(w), 4) for i, w in enumerate(works)]
-    assert itl_met_work(seen, 55.0) == 1800.0
+    assert itl_evidence(seen, 55.0) == ItlEvidence(1800.0, 23.0)
     model = fit_latency(seen, 22000.0, 1000.0, 900.0, 0.5, 4.0)
     assert model is not None and model.itl is not None
     line_only = replicas_for(18000.0, model, 1840.0, 55.0, 64)
     assert line_only is not None and 18000.0 / line_only < 1800.0  # the line's limit is lower
     with_evidence = replicas_for(
-        18000.0, replace(model, itl_met_up_to=1800.0), 1840.0, 55.0, 64
+        18000.0, replace(model, itl_met=ItlEvidence(1800.0, 23.0)), 1840.0, 55.0, 64
     )
     assert with_evidence == 10  # 18 000 / 1 800: what the windows showed
     assert line_only > with_evidence
@@ -179,8 +180,8 @@ def test_itl_evidence_stops_below_the_least_work_that_missed() -> None:
         LoadPoint(980.0, 3000.0, 700.0, 25.0, 4),
         LoadPoint(970.0, 500.0, 700.0, math.nan, 4),
     ]
-    assert itl_met_work(seen, 55.0) == 1000.0
-    assert itl_met_work(seen[1:2], 55.0) == 0.0  # none met
+    assert itl_evidence(seen, 55.0) == ItlEvidence(1000.0, 20.0)
+    assert itl_evidence(seen[1:2], 55.0).work == 0.0  # none met
 
 
 @given(
@@ -193,6 +194,7 @@ def test_itl_evidence_never_reaches_a_load_that_missed(
     windows: list[tuple[float, float]], target: float
 ) -> None:
     seen = [LoadPoint(0.0, work, 500.0, itl, 1) for work, itl in windows]
-    proven = itl_met_work(seen, target)
-    assert all(proven < work for work, itl in windows if itl > target)
-    assert proven == 0.0 or any(work == proven and itl <= target for work, itl in windows)
+    proven = itl_evidence(seen, target)
+    assert all(proven.work < work for work, itl in windows if itl > target)
+    assert proven.work == 0.0 or (proven.work, proven.itl_ms) in windows
+    assert proven.work == 0.0 or proven.itl_ms <= target

@@ -154,3 +154,33 @@ def test_a_vanishing_load_gives_a_count_not_an_overflow() -> None:
                  evidence=Evidence(4, tiny, 300.0, 10.0), slots=BatchSlots(8.0, 16))  # fmt: skip
     assert sized.replicas is not None
     assert 1 <= sized.replicas <= SLA.replicas.max * 4
+
+
+def _memory_with_a_convex_itl() -> PolicyMemory:
+    """Windows at 4–6 replicas whose ITL p95 rises faster than a line: fitted through them,
+    the line promises 73 ms at 8.3k tokens/s per replica, where the busiest window, at 7.1k,
+    met the target at 88 ms (the conversation trace, seed 2, minute 56)."""
+    capacity = 13_222.0
+    seen = [(5000.0, 45.0, 6), (5300.0, 50.0, 6), (5600.0, 57.0, 5), (6000.0, 64.0, 5),
+            (6500.0, 74.0, 5), (6800.0, 81.0, 5), (7072.0, 88.0, 5)]  # fmt: skip
+    points = tuple(
+        LoadPoint(NOW - 15.0 * i, work, 300.0 + 100.0 * contention(work, capacity, n), itl, n)
+        for i, (work, itl, n) in enumerate(seen)
+    )
+    return PolicyMemory(load_points=points, capacity=capacity, first_seen_at=NOW - 600.0)
+
+
+def test_the_itl_of_the_busiest_window_that_met_it_holds_a_scale_in_never_adds() -> None:
+    sla = spec(replicas={"min": 1, "max": 32},
+               objectives={"ttft": {"percentile": 95, "thresholdMs": 500},
+                           "itl": {"percentile": 95, "thresholdMs": 100}})  # fmt: skip
+    memory = _memory_with_a_convex_itl()
+    load = WindowLoad(pods=4, requests_per_s=20.0, tokens_per_request=1250.0,
+                      arrivals_per_s=20.0, backlog=0.0)  # fmt: skip
+    line_only = size(sla, memory, load, NOW, replace(TUNABLES, use_itl_evidence=False),
+                     provisioned=4)  # fmt: skip
+    held = size(sla, memory, load, NOW, TUNABLES, provisioned=4)
+    assert line_only.replicas == 3  # the line allows 8.3k tokens/s per replica
+    assert held.replicas == 4  # 88 ms × 8.3k / 7.1k = 104 ms: over the target at 3
+    at_three = size(sla, memory, replace(load, pods=3), NOW, TUNABLES, provisioned=3)
+    assert at_three.replicas == 3  # it holds a scale-in; it adds no replica

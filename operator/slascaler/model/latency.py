@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from slascaler.model.chunking import StepCost, estimate_step_cost
 
@@ -114,15 +114,24 @@ class Curve:
 
 
 @dataclass(frozen=True)
+class ItlEvidence:
+    """A window's work per replica (tokens/s) and the ITL percentile it met the target at
+    (work 0 and NaN: no window met it)."""
+
+    work: float
+    itl_ms: float
+
+
+@dataclass(frozen=True)
 class LatencyModel:
     """TTFT and ITL as functions of the work per replica (see the module docstring)."""
 
     capacity: float  # W_max, tokens/s per replica
     ttft: Curve  # I + b · z(u) / √c
     itl: Curve | None  # c0 + c1 · u
-    # Work per replica (tokens/s) that windows showed to meet the ITL target, below any that
-    # missed it (`itl_met_work`): met there whatever the line says.
-    itl_met_up_to: float = 0.0
+    # The window with the most work per replica that met the ITL target, below any that
+    # missed it (`itl_evidence`): met up to there whatever the line says.
+    itl_met: ItlEvidence = field(default_factory=lambda: ItlEvidence(0.0, math.nan))
 
     def at_mix(self, tokens_per_request: float) -> LatencyModel:
         """The model for windows whose requests bring `tokens_per_request` tokens: the TTFT
@@ -148,7 +157,7 @@ class LatencyModel:
             return False
         if self.ttft_at(work, replicas) > ttft_target_ms:
             return False
-        if itl_target_ms is None or work <= self.itl_met_up_to:
+        if itl_target_ms is None or work <= self.itl_met.work:
             return True
         return not self.itl_at(work) > itl_target_ms
 
@@ -321,9 +330,10 @@ def fit_latency(
     return LatencyModel(capacity, ttft, itl)
 
 
-def itl_met_work(points: Sequence[LoadPoint], itl_target_ms: float) -> float:
-    """The most work per replica at which a window met the ITL target, among the windows
-    below the least work at which one missed it (0 where none did).
+def itl_evidence(points: Sequence[LoadPoint], itl_target_ms: float) -> ItlEvidence:
+    """The window with the most work per replica that met the ITL target, among the windows
+    below the least work at which one missed it (work 0 where none did), with its ITL (the
+    highest of the windows at that work).
 
     The percentile of ITL does not grow along a line with the load: it is the decode-only
     step while few of a replica's steps carry a prefill chunk, and jumps to the chunk step
@@ -332,14 +342,23 @@ def itl_met_work(points: Sequence[LoadPoint], itl_target_ms: float) -> float:
     below the loads that met the target (Azure's code trace ×3 on an A100, ITL ≤ 60 ms:
     23 ms at 1.8k tokens/s per replica, 178 ms at 2.9k and more, and the line's limit at
     1.1k). Windows that met the target are direct evidence, up to the first that missed.
+
+    The other way, a line fitted through windows well under the target can promise more than
+    the last of them shows: on the conversation trace (A100, ITL ≤ 100 ms, target 92) the
+    line 116.5·u allowed 3 replicas at 8.3k tokens/s each, 73 ms, where the window at 7.1k
+    had met at 88 ms; at 3 replicas the ITL of the next minute was 133 ms. So a scale-in
+    stops where the ITL, grown in proportion to the work from that window, would miss the
+    target (`policy.sizing`).
     """
     missed = min(
         (p.work for p in points if math.isfinite(p.itl_ms) and p.itl_ms > itl_target_ms),
         default=math.inf,
     )
-    return max(
-        (p.work for p in points if p.itl_ms <= itl_target_ms and p.work < missed), default=0.0
-    )
+    met = [p for p in points if p.itl_ms <= itl_target_ms and p.work < missed]
+    if not met:
+        return ItlEvidence(0.0, math.nan)
+    work = max(p.work for p in met)
+    return ItlEvidence(work, max(p.itl_ms for p in met if p.work == work))
 
 
 def replicas_for(

@@ -5,8 +5,9 @@
    least `sizing_margin`'s share, is taken off the objectives (`objective_target`). Its
    inverse gives the most work one replica carries within both objectives; for ITL at
    least the work per replica that windows met the ITL target at, below the least at which
-   one missed it (`model.latency.itl_met_work`: the ITL percentile jumps, it does not
-   follow the fitted line).
+   one missed it (`model.latency.itl_evidence`: the ITL percentile jumps, it does not
+   follow the fitted line); a scale-in stops where the ITL, grown in proportion to the
+   work from that window, would miss the target (`_itl_held_replicas`).
 2. The load to carry: the work arriving now (`learning.window_load`: the short window in a
    burst), plus the backlog drained within a start-up delay, plus the trend the last
    minutes kept (a rise in both halves of them, not a step) carried to now + start-up
@@ -52,7 +53,13 @@ import math
 from dataclasses import dataclass, replace
 
 from slascaler.model.collisions import PromptCollisions
-from slascaler.model.latency import LatencyModel, fit_latency, itl_met_work, replicas_for
+from slascaler.model.latency import (
+    ItlEvidence,
+    LatencyModel,
+    fit_latency,
+    itl_evidence,
+    replicas_for,
+)
 from slascaler.policy.learning import WindowLoad
 from slascaler.policy.state import PolicyMemory
 from slascaler.policy.tunables import Tunables
@@ -222,7 +229,7 @@ def size(
     if spec.itl is not None and model.itl is not None:
         itl_target = objective_target(spec.itl.threshold_ms, model.itl.residual, tunables)
         if tunables.use_itl_evidence:
-            model = replace(model, itl_met_up_to=itl_met_work(memory.load_points, itl_target))
+            model = replace(model, itl_met=itl_evidence(memory.load_points, itl_target))
     limit = spec.replicas.max * 4
     feasible = model.ttft.floor < ttft_target
     target = ttft_target
@@ -245,6 +252,9 @@ def size(
     trusted = _trusted_replicas(seen, wanted_load, provisioned, tunables)
     if trusted is not None and count is not None and without_backlog is not None:
         count, without_backlog = max(count, trusted), max(without_backlog, trusted)
+    held = _itl_held_replicas(wanted_load, model.itl_met, itl_target, provisioned)
+    if held is not None and count is not None and without_backlog is not None:
+        count, without_backlog = max(count, held), max(without_backlog, held)
     before_collisions = count
     if for_collisions is not None and count is not None and without_backlog is not None:
         count, without_backlog = max(count, for_collisions), max(without_backlog, for_collisions)
@@ -384,6 +394,22 @@ def _trusted_replicas(
     if not tunables.use_model_trust or provisioned is None or not seen > 0:
         return None
     return min(provisioned, max(1, _whole(load / (tunables.model_trust * seen), provisioned)))
+
+
+def _itl_held_replicas(
+    load: float, evidence: ItlEvidence, itl_target: float | None, provisioned: int | None
+) -> int | None:
+    """The fewest replicas whose work each keeps the ITL within its target, the ITL grown in
+    proportion to the work from the last window that met it (a decode step carries every
+    running sequence, and they grow with the load), at most those provisioned now: past
+    the windows seen, the fitted line is an extrapolation, so it holds a scale-in and never
+    adds replicas. None where it does not apply (no ITL target, no such window)."""
+    if itl_target is None or provisioned is None:
+        return None
+    if not evidence.work > 0 or not math.isfinite(evidence.itl_ms):
+        return None
+    need = _whole(load * evidence.itl_ms / (evidence.work * itl_target), provisioned)
+    return min(provisioned, max(1, need))
 
 
 def _whole(replicas: float, unbounded: int) -> int:

@@ -162,5 +162,7 @@ class Tunables:
     # within the objective, not the batch (else the batch first, and chunks halve).
     use_chunk_step_diagnosis: bool = True
     # The ITL objective is met up to the work per replica that windows met it at, below the
-    # least at which one missed it, whatever the fitted line says (`itl_met_work`).
+    # least at which one missed it, whatever the fitted line says (`itl_evidence`); and a
+    # scale-in stops where the ITL, grown in proportion to the work from that window, would
+    # miss the target (`sizing._itl_held_replicas`).
     use_itl_evidence: bool = True
