@@ -292,12 +292,17 @@ def judge_windows(
     and, with an ITL objective, the ITL percentile of the tokens emitted in the same minute
     within `itl_threshold_ms` (a minute that emitted none has nothing to miss)."""
     itl = {round(start, 3): p for start, p in itl_windows}
-    verdicts = []
-    for start, p in ttft_windows:
-        itl_p = itl.get(round(start, 3), math.nan)
-        itl_met = itl_threshold_ms is None or math.isnan(itl_p) or itl_p <= itl_threshold_ms
-        verdicts.append((start, p <= threshold_ms and itl_met))
-    return verdicts
+    return [
+        (start, p <= threshold_ms and itl_meets(itl.get(round(start, 3), math.nan),
+                                                 itl_threshold_ms))
+        for start, p in ttft_windows
+    ]  # fmt: skip
+
+
+def itl_meets(itl_ms: float, itl_threshold_ms: float | None) -> bool:
+    """A window's ITL percentile meets the ITL objective: there is none, the window emitted
+    no token (NaN: nothing to miss), or it is within the threshold."""
+    return itl_threshold_ms is None or math.isnan(itl_ms) or itl_ms <= itl_threshold_ms
 
 
 def window_percentiles(

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from slascaler.model.chunking import StepCost, estimate_step_cost
 
@@ -122,6 +122,9 @@ class ItlEvidence:
     itl_ms: float
 
 
+NO_ITL_EVIDENCE = ItlEvidence(0.0, math.nan)
+
+
 @dataclass(frozen=True)
 class LatencyModel:
     """TTFT and ITL as functions of the work per replica (see the module docstring)."""
@@ -131,7 +134,7 @@ class LatencyModel:
     itl: Curve | None  # c0 + c1 · u
     # The window with the most work per replica that met the ITL target, below any that
     # missed it (`itl_evidence`): met up to there whatever the line says.
-    itl_met: ItlEvidence = field(default_factory=lambda: ItlEvidence(0.0, math.nan))
+    itl_met: ItlEvidence = NO_ITL_EVIDENCE
 
     def at_mix(self, tokens_per_request: float) -> LatencyModel:
         """The model for windows whose requests bring `tokens_per_request` tokens: the TTFT
@@ -356,7 +359,7 @@ def itl_evidence(points: Sequence[LoadPoint], itl_target_ms: float) -> ItlEviden
     )
     met = [p for p in points if p.itl_ms <= itl_target_ms and p.work < missed]
     if not met:
-        return ItlEvidence(0.0, math.nan)
+        return NO_ITL_EVIDENCE
     work = max(p.work for p in met)
     return ItlEvidence(work, max(p.itl_ms for p in met if p.work == work))
 

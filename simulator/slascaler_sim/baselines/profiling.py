@@ -35,7 +35,7 @@ from slascaler_sim.baselines.interface import FleetView
 from slascaler_sim.engine import Request
 from slascaler_sim.fleet import EngineSettings
 from slascaler_sim.profiles import CostProfile
-from slascaler_sim.run import WINDOW_S, simulate
+from slascaler_sim.run import WINDOW_S, itl_meets, simulate
 
 LOWEST_PERCENTILE_TIE = 0.01
 
@@ -113,10 +113,9 @@ class StaticRuns:
         that emitted no token has nothing to miss)."""
         if not self.ttft_meets(run, window):
             return False
-        if self.itl_threshold_ms is None or window >= len(run.itl_percentiles):
+        if window >= len(run.itl_percentiles):
             return True
-        itl = run.itl_percentiles[window]
-        return math.isnan(itl) or itl <= self.itl_threshold_ms
+        return itl_meets(run.itl_percentiles[window], self.itl_threshold_ms)
 
     def probed(self, settings: EngineSettings) -> dict[int, StaticRun]:
         return {n: run for (s, n), run in self._cache.items() if s == settings}
