@@ -282,7 +282,8 @@ def _bench_pools(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             f"{len(outcomes)} runs ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}), "
             f"{wall / 60:.1f} min wall on {_cores()} cores; means over the seeds; 60 s start-up; "
             "SLA attainment = share of 1-minute windows (after the first start-up) whose "
-            "client-side TTFT p95 meets the model's objective."
+            "client-side TTFT p95 meets the model's objective, and whose ITL p95 (the tokens "
+            "emitted in the window) meets the model's ITL objective where it has one."
         )
         path = Path(args.doc)
         existing = path.read_text(encoding="utf-8") if path.exists() else "# Benchmark results\n"

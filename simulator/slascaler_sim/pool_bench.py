@@ -15,7 +15,8 @@ number of GPUs:
 - **KEDA on TTFT per SLA**: the KEDA-on-TTFT baseline (`baselines.hpa`) on each Deployment.
 
 Per model the run gives SLA attainment (the share of judged 1-minute windows whose TTFT
-percentile meets its objective, as `sim.run`); per arrangement the priority-weighted
+percentile meets its objective and whose ITL percentile meets its own where the model has
+one, as `sim.run` judges); per arrangement the priority-weighted
 attainment (Σ priority × attainment / Σ priority) and the pool's GPU utilisation (GPU-hours
 held / (GPUs × hours)).
 
@@ -49,10 +50,12 @@ from slascaler_sim.run import (
     TICK_S,
     ClusterController,
     Controller,
+    ItlMarks,
     OperatorController,
     RunResult,
     Sample,
     engine_args,
+    judge_windows,
 )
 from slascaler_sim.suite import DEFAULT_SETTINGS, heavy_tailed_prompts
 from slascaler_sim.workload import load_trace, modulated_poisson
@@ -118,12 +121,19 @@ class ModelOutcome:
     gpu_hours: float
     ttft_p95_ms: float
     peak_replicas: int
+    # (start s, ITL p95 ms) of the tokens emitted in each window, and the ITL objective
+    itl_windows: tuple[tuple[float, float], ...] = ()
+    itl_threshold_ms: float | None = None
 
     @property
     def attainment(self) -> float | None:
+        """Share of the judged windows that met both objectives (`run.judge_windows`)."""
         if not self.windows:
             return None
-        return sum(1 for _, p in self.windows if p <= self.threshold_ms) / len(self.windows)
+        verdicts = judge_windows(
+            self.windows, self.itl_windows, self.threshold_ms, self.itl_threshold_ms
+        )
+        return sum(1 for _, met in verdicts if met) / len(verdicts)
 
 
 @dataclass(frozen=True)
@@ -204,6 +214,7 @@ def run_arrangement(scenario: PoolScenario, arrangement: str, seed: int) -> Pool
         fleets.append(fleet)
         controllers.append(controller)
     timelines: list[list[Sample]] = [[] for _ in fleets]
+    itl_marks = [ItlMarks(scenario.startup_s) for _ in fleets]
     gpu_seconds = [0.0 for _ in fleets]
     joint: list[tuple[float, tuple[int, ...]]] = []
     # Each SLA's evaluations start at its own phase of the period, as the operator's timers
@@ -217,9 +228,10 @@ def run_arrangement(scenario: PoolScenario, arrangement: str, seed: int) -> Pool
     now = 0.0
     while now <= scenario.duration_s:
         clock[0] = now
-        for fleet in fleets:
+        for fleet, marks in zip(fleets, itl_marks, strict=True):
             fleet.run_until(now)
             fleet.snapshot()
+            marks.observe(now, fleet)
         shared.refill()
         if coordinator is not None and now >= min(next_control.values()):
             coordinator.refresh()
@@ -254,6 +266,8 @@ def run_arrangement(scenario: PoolScenario, arrangement: str, seed: int) -> Pool
             percentile=95.0,
             skip_s=scenario.startup_s,
             frontend_ms=model.profile.frontend_ms,
+            itl_windows=itl_marks[index].percentiles(95.0),
+            itl_threshold_ms=model.itl_ms,
         )
         outcomes.append(
             ModelOutcome(
@@ -264,6 +278,8 @@ def run_arrangement(scenario: PoolScenario, arrangement: str, seed: int) -> Pool
                 gpu_hours=result.gpu_hours,
                 ttft_p95_ms=result.ttft_percentiles()[1],
                 peak_replicas=max(s.desired for s in timelines[index]),
+                itl_windows=tuple(result.itl_windows),
+                itl_threshold_ms=model.itl_ms,
             )
         )
     moves = 0

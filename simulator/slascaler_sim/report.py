@@ -467,8 +467,9 @@ def pool_section(
         f"{POOL_TARGET_POINTS:.0f})"
     )
     models = "; ".join(
-        f"{m.name}: priority {m.priority}, {m.profile.name}, TTFT p95 ≤ {m.threshold_ms:g} ms, "
-        f"{m.min_replicas}–{m.max_replicas} replicas"
+        f"{m.name}: priority {m.priority}, {m.profile.name}, TTFT p95 ≤ {m.threshold_ms:g} ms"
+        + (f", ITL p95 ≤ {m.itl_ms:g} ms" if m.itl_ms is not None else "")
+        + f", {m.min_replicas}–{m.max_replicas} replicas"
         for m in scenario.models
     )
     return "\n".join(

@@ -233,14 +233,12 @@ def simulate(
     gpu_seconds = 0.0
     changes = 0
     next_control = 0.0
-    itl_marks: list[tuple[float, HistogramCounts]] = []
+    itl_marks = ItlMarks(startup_s)
     now = 0.0
     while now <= duration_s:
         fleet.run_until(now)
         fleet.snapshot()
-        boundary = startup_s + WINDOW_S * len(itl_marks)  # where the next judged window starts
-        if now + 1e-9 >= boundary:
-            itl_marks.append((boundary, fleet.totals().histograms[ITL_HISTOGRAM].copy()))
+        itl_marks.observe(now, fleet)
         if now >= next_control:
             before = fleet.desired
             controller.control(fleet, now)
@@ -277,9 +275,29 @@ def simulate(
         skip_s=startup_s,
         frontend_ms=profile.frontend_ms,
         failed_requests=fleet.failed_requests,
-        itl_windows=window_percentiles(itl_marks, percentile),
+        itl_windows=itl_marks.percentiles(percentile),
         itl_threshold_ms=itl_threshold_ms,
     )
+
+
+class ItlMarks:
+    """The fleet's cumulative ITL histogram at the start of each judged 1-minute window, as
+    Prometheus would read it at the boundaries; `percentiles` gives each window's ITL
+    percentile (`window_percentiles`). Fed once per tick by the simulation loops (`simulate`,
+    the pool benchmark's `run_arrangement`)."""
+
+    def __init__(self, first_window_s: float) -> None:
+        self.first_window_s = first_window_s
+        self.marks: list[tuple[float, HistogramCounts]] = []
+
+    def observe(self, now: float, fleet: Fleet) -> None:
+        """Mark the histogram if `now` reached the next window's start."""
+        boundary = self.first_window_s + WINDOW_S * len(self.marks)
+        if now + 1e-9 >= boundary:
+            self.marks.append((boundary, fleet.totals().histograms[ITL_HISTOGRAM].copy()))
+
+    def percentiles(self, percentile: float) -> list[tuple[float, float]]:
+        return window_percentiles(self.marks, percentile)
 
 
 def judge_windows(

@@ -126,6 +126,23 @@ def test_weighted_attainment_and_the_verdict() -> None:
     assert table.splitlines()[0].startswith("| arrangement | a (priority 30) | b (priority 10)")
 
 
+def test_a_window_that_missed_its_itl_objective_counts_against_the_model(
+    tiny_runs: dict[str, PoolOutcome],
+) -> None:
+    ttft = tuple((i * 60.0, 100.0) for i in range(4))
+    itl = ((0.0, 50.0), (60.0, 150.0), (120.0, 90.0))  # minute 3 emitted no token
+    model = ModelOutcome("a", 30, 500.0, ttft, 1.0, 100.0, 2, itl, itl_threshold_ms=100.0)
+    assert model.attainment == pytest.approx(0.75)
+    assert ModelOutcome("a", 30, 500.0, ttft, 1.0, 100.0, 2, itl).attainment == 1.0
+    # The runs read each window's ITL from the engines' histogram, window by window.
+    for outcome in tiny_runs.values():
+        for m in outcome.models:
+            starts = [start for start, _ in m.windows]
+            assert [start for start, _ in m.itl_windows] == starts[: len(m.itl_windows)]
+            assert len(m.itl_windows) >= len(starts) - 1
+            assert all(0 < p < 1000 for _, p in m.itl_windows)
+
+
 def test_the_section_is_replaced_in_place_and_kept_by_the_matrix(
     tiny_runs: dict[str, PoolOutcome],
 ) -> None:
