@@ -505,6 +505,43 @@ def test_without_a_chunk_knob_a_tail_of_chunk_steps_does_not_cut_the_batch() -> 
     assert cut.reason_code is Reason.LOWER_BATCH_FOR_ITL
 
 
+def busy_decode_bound(pods: int) -> Observation:
+    """ITL over its 60 ms objective, TTFT well within its own, at 4× the light load: 28k
+    tokens/s, which the learned model sizes at 5 replicas of about 12.5k tokens/s."""
+    base = light_load(pods)
+    return replace(
+        base,
+        itl=Histogram.from_values([80.0] * 500, [50.0, 75.0, 100.0]),
+        running=4 * 56.0,
+        request_rate=4 * base.request_rate,
+        prompt_token_rate=4 * base.prompt_token_rate,
+        generation_token_rate=4 * base.generation_token_rate,
+    )
+
+
+def test_a_decode_bound_fleet_short_of_replicas_adds_them_before_the_batch_rollout() -> None:
+    """The knob gate defers a rolling restart while the load wants replicas the fleet lacks
+    (the rollout would take capacity away), so the rule asks for those replicas with the
+    batch cut: proposing the cut at the current count would wait for replicas nothing adds."""
+    sla = spec(knobs=KNOBS, objectives=ITL)
+    first = decide(sla, busy_decode_bound(4), PolicyState(fleet(), learned()), NOW)
+    assert first.regime is Regime.DECODE_BOUND
+    assert first.reason_code is Reason.SCALE_UP
+    assert first.replicas == 5 and first.max_batch_size == 64
+    assert "before any rollout" in first.reason
+    # Once they are there, the cut rolls out (with a surge pod to keep the capacity).
+    then = decide(sla, busy_decode_bound(5), PolicyState(fleet(5), learned()), NOW)
+    assert then.reason_code is Reason.LOWER_BATCH_FOR_ITL
+    assert then.max_batch_size is not None and then.max_batch_size < 64
+    # Without regime sizing the rule proposes the cut alone, and the gate holds it.
+    stuck = decide(
+        sla, busy_decode_bound(4), PolicyState(fleet(), learned()), NOW,
+        Tunables(use_regime_sizing=False),
+    )  # fmt: skip
+    assert stuck.reason_code is Reason.HOLD_SHORT_OF_CAPACITY
+    assert stuck.replicas == 4 and stuck.max_batch_size == 64
+
+
 def test_itl_over_without_ttft_headroom_adds_a_replica() -> None:
     sla = spec(knobs=KNOBS, objectives=ITL)
     samples = [TTFTBreakdown(150.0, 10.0, 250.0, 20.0) for _ in range(400)]

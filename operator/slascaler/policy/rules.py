@@ -316,10 +316,10 @@ def decode_bound(ctx: Context) -> Proposal:
                     f"(R² {fit.r_squared:.2f}, {fit.points} windows)"
                 )
         target = batch_bounds.clamp(min(target, batch - 1))
+        replicas, reason, first = _replicas_before_a_knob(ctx, sized)
         return Proposal(
-            ctx.replicas, Reason.NO_CHANGE,
-            {"maxBatchSize": (target, Reason.LOWER_BATCH_FOR_ITL)},
-            why=f"maxBatchSize {batch}→{target}: {how}", wanted=sized.wanted,
+            replicas, reason, {"maxBatchSize": (target, Reason.LOWER_BATCH_FOR_ITL)},
+            why=f"{first}maxBatchSize {batch}→{target}: {how}", wanted=sized.wanted,
         )  # fmt: skip
     if (
         ctx.ttft_headroom()
@@ -328,10 +328,11 @@ def decode_bound(ctx: Context) -> Proposal:
         and chunk > chunk_bounds.min
     ):
         target, how = _lower_chunk_target(ctx, cost, chunk, chunk_bounds)
+        replicas, reason, first = _replicas_before_a_knob(ctx, sized)
         return Proposal(
-            ctx.replicas, Reason.NO_CHANGE,
-            {"chunkSize": (target, Reason.LOWER_CHUNK_FOR_ITL)},
-            why=f"chunkSize {chunk}→{target}: {'; '.join(filter(None, (chunk_steps, how)))}",
+            replicas, reason, {"chunkSize": (target, Reason.LOWER_CHUNK_FOR_ITL)},
+            why=f"{first}chunkSize {chunk}→{target}: "
+            f"{'; '.join(filter(None, (chunk_steps, how)))}",
             wanted=sized.wanted,
         )  # fmt: skip
     if not ctx.ttft_headroom():
@@ -351,6 +352,19 @@ def decode_bound(ctx: Context) -> Proposal:
         else "another replica lowers the batch per replica"
     )
     return Proposal(wanted, Reason.SCALE_UP, why=f"{why}: {effect}", wanted=wanted)
+
+
+def _replicas_before_a_knob(ctx: Context, sized: Proposal) -> tuple[int, Reason, str]:
+    """The replica count that goes with a knob change: the count sized for the load where it
+    is above the fleet, else the current one (with the reason, and a clause saying why).
+
+    The knob gate defers a rolling restart while the load wants replicas the fleet does not
+    have: proposing the knob at the current count would wait for replicas nothing adds.
+    """
+    if ctx.tunables.use_regime_sizing and sized.wanted is not None and sized.wanted > ctx.replicas:
+        why = f"replicas {ctx.replicas}→{sized.replicas} before any rollout ({sized.why}); "
+        return sized.replicas, Reason.SCALE_UP, why
+    return ctx.replicas, Reason.NO_CHANGE, ""
 
 
 def _chunk_steps_miss(ctx: Context, cost: StepCost | None, chunk: int | None) -> str:
