@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from slascaler_sim.baselines.interface import FleetView
@@ -89,19 +89,21 @@ class StaticRuns:
                 self.workload(), _Hold(), self.profile, settings,
                 replicas, 0.0, self.duration_s, self.threshold_ms, self.percentile,
             )  # fmt: skip
-            percentiles = [math.nan] * self.windows
-            for start, value in result.window_p95():
-                index = int(start // WINDOW_S)
-                if index < self.windows:
-                    # A window with unserved requests can come back NaN (inf − inf in the
-                    # interpolation): it is a missed window, not an empty one.
-                    percentiles[index] = math.inf if math.isnan(value) else value
-            itl = [math.nan] * self.windows
-            for start, value in result.itl_windows:
-                if int(start // WINDOW_S) < self.windows:
-                    itl[int(start // WINDOW_S)] = value
-            self._cache[key] = StaticRun(tuple(percentiles), result.itl_p95_ms, tuple(itl))
+            # A window with unserved requests that comes back NaN (inf − inf in the
+            # interpolation) is a missed window, not an empty one.
+            ttft = ((start, math.inf if math.isnan(p) else p) for start, p in result.window_p95())
+            self._cache[key] = StaticRun(
+                self._by_window(ttft), result.itl_p95_ms, self._by_window(result.itl_windows)
+            )
         return self._cache[key]
+
+    def _by_window(self, values: Iterable[tuple[float, float]]) -> tuple[float, ...]:
+        """(window start, value) pairs as one value per window from t=0, NaN where none."""
+        out = [math.nan] * self.windows
+        for start, value in values:
+            if int(start // WINDOW_S) < self.windows:
+                out[int(start // WINDOW_S)] = value
+        return tuple(out)
 
     def ttft_meets(self, run: StaticRun, window: int) -> bool:
         """The window's TTFT percentile meets the objective (an empty window needs nothing)."""
