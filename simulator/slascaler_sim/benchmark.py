@@ -104,6 +104,7 @@ ABLATIONS: dict[str, str] = {
     "slascaler − regime sizing": "use_regime_sizing",
     "slascaler − collision sizing": "use_collision_sizing",
     "slascaler − model trust": "use_model_trust",
+    "slascaler − cautious scale-in": "use_cautious_scale_in",
     "slascaler − evidence cap": "use_evidence_cap",
     "slascaler − slot sizing": "use_slot_sizing",
     "slascaler − chunk-step diagnosis": "use_chunk_step_diagnosis",

@@ -285,11 +285,20 @@ def learn(
         if took > 0 and (startup is None or took < startup * 3) and memory.startup_for != up:
             startup = took
             base = replace(base, startup_for=up)
+    capacity = _capacity(base, observation, analysis, load, fleet.chunk_size, tunables)
+    # Estimates made at other knob values went with their capacity (`base`).
+    estimates = base.capacity_history if base.capacity is not None else ()
+    if capacity is not None:
+        estimates = tuple(
+            (t, c) for t, c in (*estimates, (now, capacity))
+            if now - t <= tunables.capacity_memory_s
+        )  # fmt: skip
     return replace(
         base,
         unsettled_at=memory.unsettled_at if _settled(fleet) else now,
         load_points=points,
-        capacity=_capacity(base, observation, analysis, load, fleet.chunk_size, tunables),
+        capacity=capacity,
+        capacity_history=estimates,
         load_history=history,
         forecast=forecast,
         forecast_error=error,

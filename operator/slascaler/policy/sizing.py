@@ -19,7 +19,9 @@
 4. A scale-in stops where the load per replica would pass `model_trust` times the highest
    work per replica of the windows the model was fitted on (never above the replicas
    provisioned now): beyond, its capacity and slope are an extrapolation, and the next
-   step in waits for a steady window at the new count to confirm them.
+   step in waits for a steady window at the new count to confirm them. A scale-in is also
+   sized at the lowest capacity estimated within `capacity_memory_s` (`size`): the estimate
+   moves with each window's mix, and one made at its high end saturates the replicas left.
 5. A steady window that met both targets bounds how far the model may go past it: at most
    `evidence_slack` replicas above those that served it, scaled by the load coming
    (`Evidence`). Where the model's floor sits a few ms under the target, its count
@@ -200,6 +202,47 @@ def size(
     provisioned: int | None = None,
     evidence: Evidence | None = None,
     slots: BatchSlots | None = None,
+) -> Sizing:
+    """The replicas the load calls for (see the module docstring); a scale-in is sized at
+    the lowest capacity estimated within `capacity_memory_s` (`use_cautious_scale_in`)."""
+    sizing = _size(spec, memory, load, now, tunables, collisions, provisioned, evidence, slots)
+    lowest = min((c for _, c in memory.capacity_history), default=None)
+    if (
+        not tunables.use_cautious_scale_in
+        or lowest is None
+        or memory.capacity is None
+        or not lowest < memory.capacity
+        or provisioned is None
+        or sizing.replicas is None
+        or sizing.replicas >= provisioned
+    ):
+        return sizing
+    low = replace(memory, capacity=lowest)
+    cautious = _size(spec, low, load, now, tunables, collisions, provisioned, evidence, slots)
+    if cautious.replicas is None or cautious.replicas <= sizing.replicas:
+        return sizing
+    return replace(
+        sizing,
+        replicas=min(provisioned, cautious.replicas),
+        without_backlog=max(
+            sizing.without_backlog or 0, min(provisioned, cautious.without_backlog or 0)
+        ),
+        why=f"{sizing.why}; scale-in stops at {min(provisioned, cautious.replicas)}: at "
+        f"{lowest:.0f} tokens/s per replica, the lowest capacity estimated in the last "
+        f"{tunables.capacity_memory_s:.0f} s, the load needs them",
+    )
+
+
+def _size(
+    spec: SLASpec,
+    memory: PolicyMemory,
+    load: WindowLoad,
+    now: float,
+    tunables: Tunables,
+    collisions: PromptCollisions | None,
+    provisioned: int | None,
+    evidence: Evidence | None,
+    slots: BatchSlots | None,
 ) -> Sizing:
     model = latency_model(memory, now, tunables) if tunables.use_latency_model else None
     startup = memory.startup_s or tunables.default_startup_s

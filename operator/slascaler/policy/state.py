@@ -93,7 +93,8 @@ class PolicyMemory:
     - recent recommendations (scale-down takes the highest of the stabilization window);
     - what it learned of the engine: windows at known loads (`load_points`, taken at the
       knob values `points_knobs`), the replica's token throughput when saturated
-      (`capacity`), (running per replica, ITL) pairs for the batch-size fit;
+      (`capacity`) and its recent estimates (`capacity_history`: time, tokens/s), (running
+      per replica, ITL) pairs for the batch-size fit;
     - the load's recent history (`load_history`: time, tokens/s) for the trend, and how far
       its forecasts have been off (`forecast_error`, relative);
     - how long pods took to become ready (`startup_s`), when the fleet was last seen
@@ -112,6 +113,7 @@ class PolicyMemory:
     load_points: tuple[LoadPoint, ...] = ()
     points_knobs: tuple[int | None, int | None] = (None, None)
     capacity: float | None = None  # tokens/s one replica serves with full steps
+    capacity_history: tuple[tuple[float, float], ...] = ()  # (time, capacity) of recent windows
     load_history: tuple[tuple[float, float], ...] = ()  # (time, tokens/s of work)
     forecast: tuple[float, float] | None = None  # (for time, tokens/s) predicted earlier
     forecast_error: float = 0.0

@@ -72,6 +72,13 @@ class Tunables:
     # binds only where long code prompts are (the code and superposed traces).
     model_trust: float = 3.0
 
+    # A scale-in is sized at the lowest capacity the policy estimated over this long (a
+    # scale-out at the present estimate): the estimate moves with each window's mix, and a
+    # scale-in made at its high end saturates the replicas left (the Mooncake trace on an
+    # H100 read 17.6k–30.7k tokens/s per replica within minutes: attention makes long
+    # prompts cost more per token). `sizing.size`, `use_cautious_scale_in`.
+    capacity_memory_s: float = 300.0
+
     # A steady window that met both targets at N replicas caps the latency model's count at
     # N (scaled by the load coming) plus this many: the model may step ahead of a rise by a
     # replica per decision, not leap (`sizing._proven_replicas`). 0 would wait for a window
@@ -153,6 +160,8 @@ class Tunables:
     use_collision_sizing: bool = True
     # Scale in no further than the latency model has seen loads per replica (`model_trust`).
     use_model_trust: bool = True
+    # Size a scale-in at the lowest recent capacity estimate (`capacity_memory_s`).
+    use_cautious_scale_in: bool = True
     # Go no further past a healthy window's count than `evidence_slack` (`sizing.Evidence`).
     use_evidence_cap: bool = True
     # Never fewer replicas than the batch slots the running requests need (`slot_scatter`).

@@ -51,6 +51,7 @@ def memory_to_status(memory: PolicyMemory) -> dict[str, Any]:
         ],
         "pointsKnobs": list(memory.points_knobs),
         "capacity": _finite(memory.capacity, 1),
+        "capacityHistory": [[round(t, 2), round(c, 1)] for t, c in memory.capacity_history],
         "loadHistory": [[round(t, 2), round(w, 1)] for t, w in memory.load_history],
         "forecast": [round(v, 2) for v in memory.forecast] if memory.forecast else None,
         "forecastError": round(memory.forecast_error, 4),
@@ -155,6 +156,11 @@ def memory_from_status(raw: object) -> tuple[PolicyMemory, str | None]:
                 load_points=_load_points(raw.get("loadPoints", [])),
                 points_knobs=_knob_values(raw.get("pointsKnobs")),
                 capacity=capacity if capacity is not None and capacity > 0 else None,
+                capacity_history=tuple(
+                    (t, c)
+                    for t, c in _pairs(raw.get("capacityHistory", []), "capacityHistory")
+                    if c > 0
+                ),
                 load_history=tuple(_pairs(raw.get("loadHistory", []), "loadHistory")),
                 forecast=None if forecast is None else _pairs([forecast], "forecast")[0],
                 forecast_error=min(max(error or 0.0, 0.0), 1.0),
