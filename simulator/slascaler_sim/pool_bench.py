@@ -56,6 +56,7 @@ from slascaler_sim.run import (
     Sample,
     engine_args,
     judge_windows,
+    share_met,
 )
 from slascaler_sim.suite import DEFAULT_SETTINGS, heavy_tailed_prompts
 from slascaler_sim.workload import load_trace, modulated_poisson
@@ -128,12 +129,9 @@ class ModelOutcome:
     @property
     def attainment(self) -> float | None:
         """Share of the judged windows that met both objectives (`run.judge_windows`)."""
-        if not self.windows:
-            return None
-        verdicts = judge_windows(
-            self.windows, self.itl_windows, self.threshold_ms, self.itl_threshold_ms
+        return share_met(
+            judge_windows(self.windows, self.itl_windows, self.threshold_ms, self.itl_threshold_ms)
         )
-        return sum(1 for _, met in verdicts if met) / len(verdicts)
 
 
 @dataclass(frozen=True)

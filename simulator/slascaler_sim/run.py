@@ -183,10 +183,7 @@ class RunResult:
     @property
     def attainment(self) -> float | None:
         """Share of judged windows meeting the SLA; None when no window was judged."""
-        verdicts = self.window_verdicts()
-        if not verdicts:
-            return None
-        return sum(1 for _, met in verdicts if met) / len(verdicts)
+        return share_met(self.window_verdicts())
 
     def ttft_percentiles(self) -> tuple[float, float, float]:
         ttft = self.client_ttft_ms()
@@ -315,6 +312,13 @@ def judge_windows(
                                                  itl_threshold_ms))
         for start, p in ttft_windows
     ]  # fmt: skip
+
+
+def share_met(verdicts: Sequence[tuple[float, bool]]) -> float | None:
+    """Share of the (window start, met) verdicts that met the SLA; None when there are none."""
+    if not verdicts:
+        return None
+    return sum(1 for _, met in verdicts if met) / len(verdicts)
 
 
 def itl_meets(itl_ms: float, itl_threshold_ms: float | None) -> bool:

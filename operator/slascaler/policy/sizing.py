@@ -221,13 +221,14 @@ def size(
     cautious = _size(spec, low, load, now, tunables, collisions, provisioned, evidence, slots)
     if cautious.replicas is None or cautious.replicas <= sizing.replicas:
         return sizing
+    replicas = min(provisioned, cautious.replicas)
     return replace(
         sizing,
-        replicas=min(provisioned, cautious.replicas),
+        replicas=replicas,
         without_backlog=max(
             sizing.without_backlog or 0, min(provisioned, cautious.without_backlog or 0)
         ),
-        why=f"{sizing.why}; scale-in stops at {min(provisioned, cautious.replicas)}: at "
+        why=f"{sizing.why}; scale-in stops at {replicas}: at "
         f"{lowest:.0f} tokens/s per replica, the lowest capacity estimated in the last "
         f"{tunables.capacity_memory_s:.0f} s, the load needs them",
     )
