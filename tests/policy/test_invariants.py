@@ -135,6 +135,9 @@ def memories(draw: st.DrawFn) -> PolicyMemory:
         load_points=points,
         points_knobs=(None, None),
         capacity=draw(st.one_of(st.none(), st.floats(100, 50000))),
+        capacity_history=tuple(
+            draw(st.lists(st.tuples(st.floats(NOW - 600, NOW), st.floats(100, 50000)), max_size=8))
+        ),
         load_history=tuple(
             draw(st.lists(st.tuples(st.floats(NOW - 900, NOW), st.floats(0, 1e5)), max_size=8))
         ),
@@ -144,6 +147,10 @@ def memories(draw: st.DrawFn) -> PolicyMemory:
         replicas_backoff_s=draw(st.one_of(st.none(), st.floats(300, 3600))),
         replicas_overwrite_seen_at=maybe_time(),
         unsettled_at=maybe_time(),
+        forecast=draw(st.one_of(st.none(), st.tuples(st.floats(NOW - 300, NOW + 300),
+                                                      st.floats(0, 1e5)))),
+        forecast_error=draw(st.floats(0, 1)),
+        startup_s=draw(st.one_of(st.none(), st.floats(1, 900))),
     )
 
 
