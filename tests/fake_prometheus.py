@@ -83,6 +83,7 @@ class Pod:
     gauges: Mapping[str, float] = field(default_factory=dict)  # name → value (avg and now)
     samples: float = 30.0  # samples of the running gauge in the window
     newest: float | None = None  # the newest sample's time; None: now
+    oldest: float | None = None  # the oldest sample's time in the window; None: a day ago
     scrapes: tuple[tuple[str, str], ...] = (("10.0.0.1:8000", "engines"),)
     counters: Mapping[str, float] = field(default_factory=dict)
     recent: Mapping[str, float] = field(default_factory=dict)
@@ -155,6 +156,8 @@ def _values(
         return []
     if stat == "samples":
         return [(labels, _num(pod.samples))]
+    if stat == "oldest":
+        return [(labels, _num(pod.oldest if pod.oldest is not None else time.time() - 86400))]
     return [(labels, _num(pod.newest if pod.newest is not None else time.time()))]
 
 

@@ -11,6 +11,7 @@
 - A batch of InferenceSLAs (one query per metric family, split per target in the client)
   gives each the observation its own queries give, to 1e-9.
 - A pod scraped under two addresses is counted once.
+- A fleet younger than the window reads its rates over the seconds it served, not the window.
 - Each engine release's series (vLLM 0.33 and 0.10, SGLang 0.5.23 and 0.5.2, TGI), with its
   own names, labels and buckets, are read, and what the release lacks is said; so are its
   token counters (prompt and generated tokens per second) and the recent window's requests
@@ -328,6 +329,42 @@ def assert_same(ours: Observation, theirs: Observation) -> None:
         expected = pytest.approx(getattr(theirs, field), rel=1e-9, nan_ok=True)
         assert getattr(ours, field) == expected, field
     assert ours.reporting_pods == theirs.reporting_pods
+
+
+def test_a_fleet_younger_than_the_window_reads_its_rates_over_the_span_it_served(
+    prometheus: PrometheusServer, source: PrometheusSource
+) -> None:
+    """A fleet whose first samples lie inside the window: `increase()` over the window covers
+    only the seconds since then, and the source divides by those (`window_s` says how many),
+    not by the window (which read a fleet 10 s old at a seventh of its rate)."""
+    spec = sla(itl=False)
+    young = ServedFleet(
+        prometheus, "team-young", ["llama-6d4cf56db6-b2v7z", "llama-6d4cf56db6-k8m4n"],
+        EngineSettings(64, 2048), Load(rate=4.0, prompt=300, output=20), "team-young",
+    )  # fmt: skip
+    try:
+
+        def young_window() -> tuple[float, Observation] | None:
+            at = settled_instant()
+            observation = source.observe("team-young", spec, at)
+            if observation.missing_inputs(need_itl=False):
+                return None
+            return (at, observation) if 8 <= observation.window_s <= WINDOW_S * 0.7 else None
+
+        at, observation = poll(young_window, timeout=60, what="a window of a fleet 8-21 s old")
+        series = prometheus.query(
+            f'vllm:time_to_first_token_seconds_count{{namespace="team-young"}}[{WINDOW_S}s]', at=at
+        )
+        first = min(float(s["values"][0][0]) for s in series)
+        last = max(float(s["values"][-1][0]) for s in series)
+        served = sum(float(s["values"][-1][1]) - float(s["values"][0][1]) for s in series)
+        # The span: since the oldest sample, read at most a subquery step (1 s) late, and the
+        # half scrape interval (0.5 s) `increase()` extrapolates before it.
+        assert observation.window_s == pytest.approx(at - first, abs=1.5)
+        assert observation.request_rate == pytest.approx(served / (last - first), rel=0.1)
+        assert observation.recent_window_s == observation.window_s
+    finally:
+        young.close()
 
 
 def test_a_batch_gives_each_target_what_its_own_queries_give(

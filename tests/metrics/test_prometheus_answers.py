@@ -4,7 +4,8 @@ Malformed answers (a JSON list, `data: null`, `status: error` with HTTP 200, a d
 matrix where a vector was asked, a missing or non-numeric value, a body that is not JSON)
 give `source_error`; series that are not a histogram (a garbage `le`, negative counts,
 counts of 1e300, a `_count` a thousand times the +Inf bucket, counts that decrease with `le`)
-are missing data; a pod scraped under two addresses counts once; a slow Prometheus (503 with
+are missing data; a pod scraped under two addresses counts once; a fleet younger than the
+window reads its rates over the seconds it served; a slow Prometheus (503 with
 a long Retry-After, or a stall) costs one evaluation its deadline, no more. Through the real
 `Reconciler`, each of these writes a status with MetricsAvailable=False and the reason.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -32,6 +34,7 @@ from fake_prometheus import (
 )
 from slascaler.engines import VLLM_TTFT_BUCKETS_S
 from slascaler.metrics.prometheus import PrometheusSettings, PrometheusSource, Target
+from slascaler.metrics.targets import GaugeReading
 from slascaler.model.observation import Observation
 from slascaler.policy import FleetState, PolicyState, decide
 
@@ -305,3 +308,42 @@ def test_custom_buckets_are_read_from_the_series_and_pods_summed_over_shared_bou
     assert both.ttft is not None and both.ttft.total == 80
     shared = sorted(set(CUSTOM_TTFT_BUCKETS_S) & set(VLLM_TTFT_BUCKETS_S))  # 0.1 0.5 0.75 1
     assert both.ttft.upper_bounds[:-1] == pytest.approx([b * 1000 for b in shared])
+
+
+def test_a_fleet_younger_than_the_window_reads_rates_over_the_span_it_served() -> None:
+    """Two pods whose oldest samples are 10 and 6 s old (a 1 s scrape: 11 and 7 samples) in a
+    60 s window: their 80 requests came in 10.5 s (since the oldest sample and the half
+    interval `increase()` extrapolates before it), not 60."""
+    now = time.time()
+    pods = [
+        vllm_pod("llama-6d4cf56db6-x7k2p", oldest=now - 10, newest=now, samples=11),
+        vllm_pod("llama-6d4cf56db6-q9zt4", oldest=now - 6, newest=now, samples=7),
+    ]
+    with fake_prometheus(serving(pods)) as prometheus:
+        observation = source_for(prometheus.url).observe("ns", make_spec(), now)
+    assert observation.window_s == pytest.approx(10.5)
+    assert observation.recent_window_s == pytest.approx(10.5)
+    assert observation.request_rate == pytest.approx(80 / 10.5)
+    assert observation.prompt_token_rate == pytest.approx(80 * 400 / 10.5)
+    assert observation.recent_request_rate == pytest.approx(20 / 10.5)
+
+
+@pytest.mark.parametrize(
+    ("age", "samples", "served"),
+    [
+        (None, 30.0, 60.0),  # the series is older than the window
+        (59.5, 60.0, 60.0),  # its oldest sample within a subquery step of the window's start
+        (0.0, 1.0, 60.0),  # one sample: no increase yet, nothing to scale
+        (30.0, 1.0, 30.0),  # one sample in the window: no interval to extrapolate by
+        (30.0, 16.0, 31.0),  # a 2 s scrape: extrapolated 1 s before the first
+    ],
+)
+def test_the_span_served_is_the_window_or_the_fleets_age(
+    age: float | None, samples: float, served: float
+) -> None:
+    now = 1000.0
+    oldest = None if age is None else now - age
+    reading = GaugeReading(oldest=oldest, scrape_interval_s=math.nan)
+    if oldest is not None and samples >= 2:
+        reading = replace(reading, scrape_interval_s=age / (samples - 1) if age else math.nan)
+    assert reading.served_s(60.0, now, late_s=1.0) == pytest.approx(served)

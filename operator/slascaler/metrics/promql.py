@@ -42,6 +42,9 @@ from slascaler.engine_metrics import (
 from slascaler.owned_pods import GENERATED_BASE_MAX, OwnedPods
 
 LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+# Steps of the subquery that finds a series' oldest sample in the window (`gauges_query`),
+# at most: its time is read at most window / steps late, and never finer than a second.
+OLDEST_SAMPLE_STEPS = 60
 # Characters RE2 treats as syntax; everything else matches itself.
 _RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
 
@@ -331,13 +334,24 @@ def _gauge_parts(gauge: GaugeFamily, scope: Scope, window_s: float, recent_s: fl
     return parts
 
 
+def oldest_sample_step_s(window_s: float) -> float:
+    """The step of the subquery that reads a series' oldest sample in the window: the time
+    it reads is at most this late."""
+    return max(1.0, window_s / OLDEST_SAMPLE_STEPS)
+
+
 def gauges_query(metrics: EngineMetrics, scope: Scope, window_s: float, recent_s: float) -> str:
     """The waiting and running gauges per pod and scrape target: window averages (parts
     `waiting:<i>:avg`, `running:<i>:avg`), values now (`…:now`) and `recent_s` ago (`…:then`,
     the last sample at or before then), and of the running gauge the samples each pod has in
     the window (`running:0:samples`, so that a pod that started mid-window counts for the
-    part it served) and its newest sample's time (`running:0:newest`, so that a Prometheus
-    that stopped scraping reads as stale)."""
+    part it served), its newest sample's time (`running:0:newest`, so that a Prometheus
+    that stopped scraping reads as stale) and its oldest sample's time in the window
+    (`running:0:oldest`, a time before the window where the series is older: a fleet
+    younger than the window served only since then, and its increases are rates over that
+    span, not over the window). The oldest sample is found by a subquery of the samples'
+    own times, at most `OLDEST_SAMPLE_STEPS` steps over the window (each step sees the
+    latest sample at or before it, so the time read is at most one step late)."""
     running = metrics.running.current
     match, window, group = _matchers(scope, running), duration(window_s), scope.group()
     parts = _gauge_parts(metrics.waiting, scope, window_s, recent_s)
@@ -347,6 +361,9 @@ def gauges_query(metrics: EngineMetrics, scope: Scope, window_s: float, recent_s
               "running:0:samples")
     )  # fmt: skip
     parts.append(_part(f"max by ({group}) (timestamp({running.name}{match}))", "running:0:newest"))
+    step = duration(oldest_sample_step_s(window_s))
+    oldest = f"min_over_time(timestamp({running.name}{match})[{window}:{step}])"
+    parts.append(_part(f"min by ({group}) ({oldest})", "running:0:oldest"))
     return " or ".join(parts)
 
 

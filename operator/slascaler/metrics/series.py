@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from slascaler.engine_metrics import EngineMetrics, Series
 from slascaler.metrics.answers import TargetAnswers
 from slascaler.metrics.derived import sglang_prefill, tgi_prefill_and_ttft
+from slascaler.metrics.promql import oldest_sample_step_s
 from slascaler.metrics.targets import (
     FamilyReading,
     GaugeReading,
@@ -71,7 +72,10 @@ def observation_for(
         if answers.counters is not None
         else None
     )
-    token_work = work(metrics, counters, gauges, request.window_s, request.recent_window_s)
+    # A fleet younger than the window: its increases are rates over the span it served.
+    window_s = gauges.served_s(request.window_s, now, oldest_sample_step_s(request.window_s))
+    recent_s = min(request.recent_window_s, window_s)
+    token_work = work(metrics, counters, gauges, window_s, recent_s)
     problems = [p for r in readings.values() for p in r.problems] + list(gauges.problems)
     notes = [n for r in readings.values() for n in r.notes] + list(gauges.notes)
     derived: list[str] = []
@@ -106,13 +110,13 @@ def observation_for(
     newest = gauges.newest
     return Observation(
         observed_at=min(now, newest) if newest is not None else now,
-        window_s=request.window_s,
+        window_s=window_s,
         ttft=ttft,
         queue=queue,
         prefill=prefill,
         itl=histograms.get("itl"),
         prompt_tokens=histograms.get("prompt_tokens"),
-        request_rate=requests_seen / request.window_s,
+        request_rate=requests_seen / window_s,
         waiting=gauges.waiting,
         running=gauges.running,
         reporting_pods=round(gauges.reporting_pods),

@@ -11,7 +11,13 @@ any target's pattern; here one target's pods are picked (`target_pods`) and summ
 - a pod's histogram that is not one (`metrics.histogram_check`) makes the family missing for
   the target, so the policy holds and says why, as it does for a series that is not there;
 - a gauge or token counter that is negative is not a count: a problem for the gauges (which
-  the policy needs), a note and NaN for the counters (which it can do without).
+  the policy needs), a note and NaN for the counters (which it can do without);
+- a fleet younger than the window (its oldest sample inside it) served only since its first
+  sample: `GaugeReading.served_s` is the span its increases cover, over which they are rates.
+  Prometheus's `increase()` extrapolates a series back at most half a scrape interval before
+  its first sample, and divides nothing: over the whole window, a fleet 10 s old at 4
+  requests/s read as 0.5 (the e2e suite's real Prometheus, 30 s window), where the simulator
+  (which reports the elapsed seconds) read 4.
 
 Summing in the client, pod by pod, gives what `sum` over the same pods gives in Prometheus
 (the e2e suite checks a batch against single-target queries to 1e-9).
@@ -65,6 +71,22 @@ class GaugeReading:
     problems: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     waiting_series: Series | None = None
+    # The oldest sample's time in the window (earlier than the window: older than it), and
+    # the scrape interval its pod's samples show (NaN: fewer than two).
+    oldest: float | None = None
+    scrape_interval_s: float = math.nan
+
+    def served_s(self, window_s: float, now: float, late_s: float) -> float:
+        """The seconds of the window the fleet's increases cover: the window, or for a fleet
+        younger than it the time since its oldest sample (read up to `late_s` late) and the
+        half scrape interval `increase()` extrapolates before it."""
+        if self.oldest is None or not math.isfinite(self.oldest):
+            return window_s
+        age = now - self.oldest
+        if age <= 0 or age >= window_s - late_s:
+            return window_s
+        half_interval = self.scrape_interval_s / 2 if math.isfinite(self.scrape_interval_s) else 0
+        return min(window_s, age + half_interval)
 
 
 @dataclass(frozen=True)
@@ -158,6 +180,7 @@ def read_gauges(
     totals = {"waiting": 0.0, "running": 0.0, "waiting_now": 0.0, "waiting_then": 0.0}
     samples: list[float] = []
     newest: float | None = None
+    oldest: tuple[float, float] | None = None  # the oldest sample's time, its pod's interval
     notes: list[str] = []
     problems: list[str] = []
     exporting: set[str] = set()
@@ -196,6 +219,9 @@ def read_gauges(
         stamp = values.get("running:0:newest")
         if stamp is not None and math.isfinite(stamp):
             newest = stamp if newest is None else max(newest, stamp)
+        first = values.get("running:0:oldest")
+        if first is not None and math.isfinite(first) and (oldest is None or first < oldest[0]):
+            oldest = (first, _scrape_interval(first, stamp, values.get("running:0:samples")))
     most = max(samples, default=0.0)
     reporting = sum(samples) / most if most > 0 and math.isfinite(most) else 0.0
     series = _most_used(waiting.series, waiting_used) if waiting_used else None
@@ -210,7 +236,16 @@ def read_gauges(
         problems=tuple(problems),
         notes=tuple(notes),
         waiting_series=series,
+        oldest=oldest[0] if oldest is not None else None,
+        scrape_interval_s=oldest[1] if oldest is not None else math.nan,
     )
+
+
+def _scrape_interval(oldest: float, newest: float | None, samples: float | None) -> float:
+    """The mean time between a pod's samples from its first, last and count (NaN: unknown)."""
+    if newest is None or samples is None or not samples >= 2 or not newest > oldest:
+        return math.nan
+    return (newest - oldest) / (samples - 1)
 
 
 def read_counters(
