@@ -192,6 +192,18 @@ def objective_target(objective_ms: float, residual_ms: float, tunables: Tunables
     return objective_ms - max(noise, objective_ms * (1 - tunables.sizing_margin))
 
 
+@dataclass(frozen=True)
+class _Carried:
+    """The load to size for (tokens/s), whatever the replicas' capacity: `predicted` at
+    now + start-up with its forecast headroom, `wanted` that and the backlog to drain."""
+
+    rising: float  # tokens/s per s the trend adds (0: none)
+    headroom: float
+    predicted: float
+    wanted: float
+    forecast: tuple[float, float]  # (for time, tokens/s) to check later
+
+
 def size(
     spec: SLASpec,
     memory: PolicyMemory,
@@ -205,7 +217,10 @@ def size(
 ) -> Sizing:
     """The replicas the load calls for (see the module docstring); a scale-in is sized at
     the lowest capacity estimated within `capacity_memory_s` (`use_cautious_scale_in`)."""
-    sizing = _size(spec, memory, load, now, tunables, collisions, provisioned, evidence, slots)
+    carried = _carried(memory, load, now, tunables)
+    bounds = _Bounds(collisions, provisioned, evidence, slots)
+    model = latency_model(memory, now, tunables) if tunables.use_latency_model else None
+    sizing = _count(spec, memory, model, carried, load, tunables, bounds)
     lowest = min((c for _, c in memory.capacity_history), default=None)
     if (
         not tunables.use_cautious_scale_in
@@ -217,8 +232,9 @@ def size(
         or sizing.replicas >= provisioned
     ):
         return sizing
-    low = replace(memory, capacity=lowest)
-    cautious = _size(spec, low, load, now, tunables, collisions, provisioned, evidence, slots)
+    # Only the model depends on the capacity: refitted at the lowest, on the same load.
+    low_model = latency_model(replace(memory, capacity=lowest), now, tunables)
+    cautious = _count(spec, memory, low_model, carried, load, tunables, bounds)
     if cautious.replicas is None or cautious.replicas <= sizing.replicas:
         return sizing
     replicas = min(provisioned, cautious.replicas)
@@ -234,18 +250,18 @@ def size(
     )
 
 
-def _size(
-    spec: SLASpec,
-    memory: PolicyMemory,
-    load: WindowLoad,
-    now: float,
-    tunables: Tunables,
-    collisions: PromptCollisions | None,
-    provisioned: int | None,
-    evidence: Evidence | None,
-    slots: BatchSlots | None,
-) -> Sizing:
-    model = latency_model(memory, now, tunables) if tunables.use_latency_model else None
+@dataclass(frozen=True)
+class _Bounds:
+    """What bounds the model's count besides the load: the caller's readings (`size`)."""
+
+    collisions: PromptCollisions | None
+    provisioned: int | None
+    evidence: Evidence | None
+    slots: BatchSlots | None
+
+
+def _carried(memory: PolicyMemory, load: WindowLoad, now: float, tunables: Tunables) -> _Carried:
+    """The load to size for (the module docstring's point 2)."""
     startup = memory.startup_s or tunables.default_startup_s
     drain = load.backlog_work / max(startup * tunables.backlog_drain_startups, 15.0)
     current = load.arriving_work
@@ -253,14 +269,30 @@ def _size(
     if tunables.use_trend:
         rising = max(0.0, trend_per_s(memory.load_history, now, tunables.trend_window_s))
     headroom = 1.0 + min(memory.forecast_error, tunables.max_forecast_headroom)
-    forecast_at = now + startup
     predicted = current + rising * startup
     if tunables.use_burst_memory:
         # Bursts that came and went in the last minutes come again: a fleet sized only for
         # the present is caught by each one while new pods load.
         predicted = max(predicted, recent_peak(memory.load_history, now, tunables, startup))
-    wanted_load = predicted * headroom + drain
-    forecast = (forecast_at, predicted) if rising > 0 else (now + 60.0, current)
+    forecast = (now + startup, predicted) if rising > 0 else (now + 60.0, current)
+    return _Carried(rising, headroom, predicted, predicted * headroom + drain, forecast)
+
+
+def _count(
+    spec: SLASpec,
+    memory: PolicyMemory,
+    model: LatencyModel | None,
+    carried: _Carried,
+    load: WindowLoad,
+    tunables: Tunables,
+    bounds: _Bounds,
+) -> Sizing:
+    """The replicas `model` calls for to carry the load, within the bounds (module
+    docstring, points 1 and 3–7)."""
+    collisions, provisioned = bounds.collisions, bounds.provisioned
+    evidence, slots = bounds.evidence, bounds.slots
+    rising, headroom, predicted = carried.rising, carried.headroom, carried.predicted
+    wanted_load, forecast = carried.wanted, carried.forecast
     for_collisions = collisions.replicas if collisions is not None else None
     if model is None:
         return Sizing(None, None, "no steady window measured yet", True, None, None,
