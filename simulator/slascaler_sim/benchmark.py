@@ -46,6 +46,7 @@ from slascaler_sim.workload import load_trace, replay
 
 SLASCALER = "slascaler"
 ORACLE = "Oracle"
+ORACLE_NO_LOOKAHEAD = "Oracle (no look-ahead)"
 STATIC_PEAK = "Static (peak)"
 STATIC_HINDSIGHT = "Static (hindsight)"
 TIMELINE_STEP_S = 30.0
@@ -155,6 +156,15 @@ def _oracle(scenario: Scenario, plan: Plan) -> tuple[Controller, int, EngineSett
     return oracle, oracle.target(0.0), scenario.settings
 
 
+def _oracle_no_lookahead(
+    scenario: Scenario, plan: Plan
+) -> tuple[Controller, int, EngineSettings]:
+    oracle = OracleController(
+        plan.needed, scenario.startup_s, name=ORACLE_NO_LOOKAHEAD, looks_ahead=False
+    )
+    return oracle, oracle.target(0.0), scenario.settings
+
+
 POLICIES: dict[str, PolicyFactory] = {
     SLASCALER: _slascaler,
     "HPA on queue": _hpa_queue,
@@ -165,6 +175,7 @@ POLICIES: dict[str, PolicyFactory] = {
     STATIC_PEAK: _static_peak,
     STATIC_HINDSIGHT: _static_hindsight,
     ORACLE: _oracle,
+    ORACLE_NO_LOOKAHEAD: _oracle_no_lookahead,
 }
 BASELINES = tuple(POLICIES)
 POLICIES.update({name: _ablation(switch) for name, switch in ABLATIONS.items()})

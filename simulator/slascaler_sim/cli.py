@@ -222,7 +222,10 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO | None = None) -> 
             "the first start-up) that meet both objectives: the client-side TTFT percentile of "
             "the requests arriving in the window, and the ITL percentile of the tokens emitted "
             "in it (the engines' histogram, as Prometheus reads it). The oracle and the "
-            "hindsight-best static configuration are sized for both."
+            "hindsight-best static configuration are sized for both. The oracle asks for "
+            "replicas a start-up delay before a window needs them; the oracle without "
+            "look-ahead knows each window's need from the moment it begins and nothing "
+            "later (a reference for what anticipation is worth, not a competitor)."
         )
         from slascaler_sim.report import kept_section
 

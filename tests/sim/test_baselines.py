@@ -70,6 +70,8 @@ def test_static_and_oracle_controllers() -> None:
     assert oracle.target(200.0) == 4
     assert oracle.target(250.0) == 2
     assert oracle.target(330.0) == 1
+    blind = OracleController([1, 1, 4, 4, 2, 1], startup_s=60.0, looks_ahead=False)
+    assert [blind.target(t) for t in (0.0, 119.0, 120.0, 200.0, 250.0)] == [1, 1, 4, 4, 2]
 
 
 def test_closed_loop_slascaler_recovers_from_a_step_within_the_bound() -> None:

@@ -20,7 +20,12 @@ the window before to the same count (its backlog is what carried over), up to
 
 `OracleController` asks, at every moment, for the largest requirement of the windows between
 now and now + start-up delay + one window (so replicas are ready when the load arrives) and
-releases them as soon as no coming window needs them. Called by the benchmarks.
+releases them as soon as no coming window needs them. Without look-ahead (`looks_ahead`
+False) it asks for the present window's requirement only, from the moment that window
+begins: what a policy that knew the present load exactly and forecast nothing would do. Its
+new replicas are ready a start-up delay into the window, so it loses the windows where the
+need rises; the benchmark reports it beside the oracle to show how much of the oracle's
+attainment rests on knowing the future. Called by the benchmarks.
 """
 
 from __future__ import annotations
@@ -38,16 +43,18 @@ REFINEMENT_ROUNDS = 6
 
 @dataclass
 class OracleController:
-    """Replicas for the coming windows, asked for one start-up delay ahead."""
+    """Replicas for the coming windows, asked for one start-up delay ahead (or, without
+    look-ahead, for the present window)."""
 
     needed: Sequence[int]
     startup_s: float
     period_s: float = 5.0
     name: str = "Oracle"
+    looks_ahead: bool = True
 
     def target(self, now: float) -> int:
         first = int(now // WINDOW_S)
-        last = int((now + self.startup_s + WINDOW_S) // WINDOW_S)
+        last = int((now + self.startup_s + WINDOW_S) // WINDOW_S) if self.looks_ahead else first
         ahead = self.needed[first : last + 1] or [self.needed[-1]]
         return max(ahead)
 
