@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from builders import spec as make_spec
 from slascaler.model.latency import LoadPoint
-from slascaler.policy import Change, Condition, FleetState, PolicyMemory
+from slascaler.model.observation import Observation
+from slascaler.policy import Change, Condition, FleetState, PolicyMemory, PolicyState, decide
 from slascaler.policy.decision import Status
 from slascaler.policy.state import Recommendation
 from slascaler.settings import Settings, SettingsError
@@ -21,6 +23,7 @@ from slascaler.status import (
     memory_from_status,
     memory_to_status,
     merge_conditions,
+    observed,
 )
 
 times = st.floats(0, 2e9, allow_nan=False)
@@ -210,3 +213,12 @@ def test_a_memory_written_before_the_mix_was_kept_reads_with_the_mix_unknown() -
     (point,) = restored.load_points
     assert (point.work, point.ttft_ms, point.replicas) == (6000.0, 420.0, 3)
     assert math.isnan(point.tokens_per_request)
+
+
+@pytest.mark.parametrize(("window_s", "shown"), [(60.0, "60s"), (10.5123, "10.5s"), (0.04, "0s")])
+def test_the_status_says_which_window_was_read(window_s: float, shown: str) -> None:
+    """The spec's window, or the seconds a fleet younger than it served, to a tenth."""
+    spec = make_spec()
+    observation = Observation(100.0, window_s, ttft=None, queue=None, prefill=None)
+    decision = decide(spec, observation, PolicyState(FleetState(2, 2)), 100.0)
+    assert observed(decision, observation, spec)["window"] == shown

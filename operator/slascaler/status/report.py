@@ -63,7 +63,8 @@ def observed(
 ) -> dict[str, Any]:
     if observation is None:
         return {}
-    out: dict[str, Any] = {"window": f"{observation.window_s:g}s"}
+    # The window read: the spec's, or the seconds a fleet younger than it has served.
+    out: dict[str, Any] = {"window": f"{round(observation.window_s, 1):g}s"}
     analysis = decision.analysis
     if analysis is not None:
         quantiles = {k: _finite(v) for k, v in analysis.ttft_quantiles_ms.items()}
