@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -329,21 +328,18 @@ def test_a_fleet_younger_than_the_window_reads_rates_over_the_span_it_served() -
 
 
 @pytest.mark.parametrize(
-    ("age", "samples", "served"),
+    ("age", "interval_s", "served"),
     [
-        (None, 30.0, 60.0),  # the series is older than the window
-        (59.5, 60.0, 60.0),  # its oldest sample within a subquery step of the window's start
-        (0.0, 1.0, 60.0),  # one sample: no increase yet, nothing to scale
-        (30.0, 1.0, 30.0),  # one sample in the window: no interval to extrapolate by
-        (30.0, 16.0, 31.0),  # a 2 s scrape: extrapolated 1 s before the first
+        (None, 2.0, 60.0),  # the series is older than the window
+        (59.5, 1.0, 60.0),  # its oldest sample within a subquery step of the window's start
+        (0.0, math.nan, 60.0),  # one sample: no increase yet, nothing to scale
+        (30.0, math.nan, 30.0),  # no interval known: nothing to extrapolate by
+        (30.0, 2.0, 31.0),  # a 2 s scrape: extrapolated 1 s before the first
     ],
 )
 def test_the_span_served_is_the_window_or_the_fleets_age(
-    age: float | None, samples: float, served: float
+    age: float | None, interval_s: float, served: float
 ) -> None:
     now = 1000.0
-    oldest = None if age is None else now - age
-    reading = GaugeReading(oldest=oldest, scrape_interval_s=math.nan)
-    if oldest is not None and samples >= 2:
-        reading = replace(reading, scrape_interval_s=age / (samples - 1) if age else math.nan)
+    reading = GaugeReading(oldest=None if age is None else now - age, scrape_interval_s=interval_s)
     assert reading.served_s(60.0, now, late_s=1.0) == pytest.approx(served)
